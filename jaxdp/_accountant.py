@@ -1,0 +1,246 @@
+"""Public accountant entry points and the method registry.
+
+Each method supplies, per adjacency direction, ``log delta(eps)`` and
+``eps(log delta)`` for a :class:`~jaxdp.Composition`.  This module validates the
+arguments, normalises ``(mechanism, num_steps)`` to a composition, runs the
+method under float64 inside one cached ``jax.jit`` per (method, mechanism
+structure), takes the worse of the two directions for ``add_or_remove`` and
+turns invalid traced inputs into NaN.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+
+from jaxdp import _exact, _rdp, _validate
+from jaxdp._mechanisms import Composition, as_composition
+from jaxdp._numerics import float64_scope, to_f64
+
+__all__ = [
+    "MethodInfo",
+    "available_methods",
+    "delta_for_epsilon",
+    "epsilon_for_delta",
+    "log_delta_for_epsilon",
+    "method_info",
+    "register_method",
+    "renyi_dp",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodInfo:
+    """What an accountant is and whether its numbers are proven upper bounds.
+
+    Attributes:
+      name: the ``method=`` string.
+      certified: True when the returned epsilon/delta is a proven upper bound
+        (up to the documented numerical assumptions of the method).
+      description: one line for reports.
+      log_delta: ``(composition, direction, epsilon) -> log delta``.
+      epsilon: ``(composition, direction, log_delta) -> epsilon``.
+    """
+
+    name: str
+    certified: bool
+    description: str
+    log_delta: Callable = dataclasses.field(repr=False)
+    epsilon: Callable = dataclasses.field(repr=False)
+
+
+_METHODS: dict[str, MethodInfo] = {}
+
+
+def register_method(info: MethodInfo) -> None:
+    """Registers an accountant under ``info.name``."""
+    _METHODS[info.name] = info
+
+
+def available_methods() -> tuple[str, ...]:
+    """Names accepted by ``method=``."""
+    return tuple(_METHODS)
+
+
+def method_info(method: str) -> MethodInfo:
+    """The :class:`MethodInfo` of ``method`` (ValueError for unknown names)."""
+    try:
+        return _METHODS[method]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}."
+        ) from None
+
+
+def _exact_log_delta(comp, direction, epsilon):
+    return _exact.log_delta_gaussian(_exact.gaussian_mu(comp), epsilon)
+
+
+def _exact_epsilon(comp, direction, log_delta):
+    return _exact.epsilon_gaussian(_exact.gaussian_mu(comp), log_delta)
+
+
+register_method(
+    MethodInfo(
+        "rdp",
+        certified=True,
+        description="Rényi DP over real orders with the Canonne-Kamath-Steinke conversion",
+        log_delta=_rdp.log_delta_rdp,
+        epsilon=_rdp.epsilon_rdp,
+    )
+)
+register_method(
+    MethodInfo(
+        "exact",
+        certified=True,
+        description="closed-form delta(eps) of composed Gaussian mechanisms",
+        log_delta=_exact_log_delta,
+        epsilon=_exact_epsilon,
+    )
+)
+
+
+def _prepare(mechanism, num_steps, method):
+    info = method_info(method)
+    _validate.num_steps("num_steps", num_steps)
+    comp = as_composition(mechanism, num_steps)
+    return info, to_f64(comp)
+
+
+def _log_delta_impl(comp: Composition, epsilon, method: str):
+    info = _METHODS[method]
+    log_deltas = [info.log_delta(comp, d, epsilon) for d in comp.directions]
+    log_delta = jnp.minimum(jnp.max(jnp.stack(log_deltas)), 0.0)
+    ok = comp.valid() & jnp.isfinite(epsilon) & (epsilon >= 0)
+    return jnp.where(ok, log_delta, jnp.nan)
+
+
+def _epsilon_impl(comp: Composition, delta, method: str):
+    info = _METHODS[method]
+    ok = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)
+    log_delta = jnp.log(jnp.where(ok, delta, 0.5))
+    eps = jnp.max(jnp.stack([info.epsilon(comp, d, log_delta) for d in comp.directions]))
+    return jnp.where(ok, eps, jnp.nan)
+
+
+_log_delta_jit = jax.jit(_log_delta_impl, static_argnames=("method",))
+_epsilon_jit = jax.jit(_epsilon_impl, static_argnames=("method",))
+
+
+@float64_scope
+def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
+    """Natural log of :func:`delta_for_epsilon` (finite down to delta ~ 1e-300 and below).
+
+    Example:
+      >>> import jaxdp
+      >>> m = jaxdp.Gaussian(1.0)
+      >>> float(jaxdp.log_delta_for_epsilon(m, epsilon=40.0, num_steps=1, method="exact")) < -800
+      True
+    """
+    _validate.nonnegative("epsilon", epsilon)
+    info, comp = _prepare(mechanism, num_steps, method)
+    return _log_delta_jit(comp, jnp.asarray(epsilon, jnp.float64), method=info.name)
+
+
+@float64_scope
+def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
+    """delta such that ``num_steps`` runs of ``mechanism`` are (epsilon, delta)-DP.
+
+    Args:
+      mechanism: a mechanism or :class:`~jaxdp.Composition` (pytree; its float
+        fields may be traced).
+      epsilon: target epsilon ``>= 0``.
+      num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
+      method: accountant, one of :func:`available_methods`.
+
+    Returns:
+      A float64 scalar in ``[0, 1]``; NaN when traced inputs are out of range.
+
+    Raises:
+      ValueError: for out-of-range concrete arguments or an unknown method.
+
+    Formal Guarantees:
+      With a ``certified`` method (see :func:`method_info`) the value is an
+      upper bound on the true delta(epsilon) of the composition under the
+      mechanism's adjacency, up to the numerical assumptions documented by the
+      method.
+
+    Example:
+      >>> import jaxdp
+      >>> m = jaxdp.Gaussian(1.0)
+      >>> d = jaxdp.delta_for_epsilon(m, epsilon=1.0, num_steps=1, method="exact")
+      >>> round(float(d), 6)
+      0.126996
+    """
+    return jnp.exp(log_delta_for_epsilon(mechanism, epsilon=epsilon, num_steps=num_steps, method=method))
+
+
+@float64_scope
+def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str = "rdp"):
+    """Smallest epsilon such that ``num_steps`` runs are (epsilon, delta)-DP.
+
+    Args:
+      mechanism: a mechanism or :class:`~jaxdp.Composition`.
+      delta: target delta in ``(0, 1)``.
+      num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
+      method: accountant, one of :func:`available_methods`.
+
+    Returns:
+      A float64 scalar ``>= 0``; NaN when traced inputs are out of range.
+
+    Raises:
+      ValueError: for out-of-range concrete arguments or an unknown method.
+
+    Formal Guarantees:
+      With a ``certified`` method the value is an upper bound on the optimal
+      epsilon (up to the method's documented numerical assumptions).
+
+    Example:
+      >>> import jax, jaxdp
+      >>> m = jaxdp.PoissonSubsampledGaussian(noise_multiplier=1.0, sampling_prob=0.01)
+      >>> eps = jaxdp.epsilon_for_delta(m, num_steps=2000, delta=1e-5, method="rdp")
+      >>> eps.dtype, round(float(eps), 2)
+      (dtype('float64'), 2.87)
+      >>> grad = jax.grad(lambda s: jaxdp.epsilon_for_delta(
+      ...     jaxdp.PoissonSubsampledGaussian(s, 0.01), num_steps=2000, delta=1e-5, method="rdp"))(1.0)
+      >>> bool(grad < 0)
+      True
+    """
+    _validate.open_unit("delta", delta)
+    info, comp = _prepare(mechanism, num_steps, method)
+    return _epsilon_jit(comp, jnp.asarray(delta, jnp.float64), method=info.name)
+
+
+def _renyi_impl(comp: Composition, orders):
+    curves = [jax.vmap(lambda a, d=d: _rdp.rdp_curve(comp, d, a))(orders) for d in comp.directions]
+    r = jnp.max(jnp.stack(curves), axis=0)
+    return jnp.where(comp.valid() & (orders > 1), r, jnp.nan)
+
+
+_renyi_jit = jax.jit(_renyi_impl)
+
+
+@float64_scope
+def renyi_dp(mechanism, *, orders, num_steps=1):
+    """Rényi-DP curve ``r(alpha)`` of the composition at real orders ``alpha > 1``.
+
+    For ``add_or_remove`` the larger of the two directions is returned.
+
+    Example:
+      >>> import jaxdp
+      >>> r = jaxdp.renyi_dp(jaxdp.Gaussian(2.0), orders=[2.0, 8.0], num_steps=10)
+      >>> [round(float(x), 6) for x in r]   # 10 * alpha / (2 * 4)
+      [2.5, 10.0]
+    """
+    orders_arr = jnp.atleast_1d(jnp.asarray(orders, jnp.float64))
+    if _validate.is_concrete(orders):
+        _validate.finite("orders", orders)
+        if not bool(jnp.all(orders_arr > 1)):
+            raise ValueError(f"orders must all be > 1, got {orders!r}.")
+    _validate.num_steps("num_steps", num_steps)
+    comp = to_f64(as_composition(mechanism, num_steps))
+    out = _renyi_jit(comp, orders_arr)
+    return out if jnp.ndim(orders) else out[0]

@@ -1,0 +1,485 @@
+"""Dominating pairs as immutable pytrees.
+
+Every mechanism describes a *dominating pair* ``(P, Q)`` of output
+distributions for each adjacency direction, and offers what the accountants
+need: the privacy loss ``L(x) = log P(x)/Q(x)``, samplers of the output and of
+the privacy-loss random variable under ``P`` or ``Q``, the cumulant generating
+function ``K(t) = log E_P[exp(t L)]`` for real or complex ``t`` and the Rényi
+divergence ``D_alpha(P || Q) = K(alpha - 1) / (alpha - 1)``.
+
+Conventions (the same as ``dp_accounting``):
+
+* ``"remove"``: the neighbouring dataset is the dataset with one record
+  removed. ``P`` is the output distribution on the larger dataset,
+  ``P = sum_j p_j N(c_j, sigma^2)`` for a mixture of Gaussians, and
+  ``Q = N(0, sigma^2)``.
+* ``"add"``: the pair is swapped, ``P = N(0, sigma^2)``, ``Q = sum_j p_j
+  N(c_j, sigma^2)``.  Its CGF is ``K_add(t) = K_remove(-1 - t)``.
+* ``"add_or_remove"`` (the default): both directions; the accountants report
+  the larger delta (equivalently the larger epsilon) of the two.
+
+The Gaussian and Laplace mechanisms are symmetric (both directions give the same
+privacy loss distribution), so they are evaluated once.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _validate
+from jaxdp._pytree import pytree_dataclass
+from jaxdp._quadrature import log_mixture_moment
+
+__all__ = [
+    "AbstractMechanism",
+    "Adjacency",
+    "Composition",
+    "Gaussian",
+    "Laplace",
+    "MixtureOfGaussians",
+    "PoissonSubsampledGaussian",
+    "as_composition",
+]
+
+
+class Adjacency(str, enum.Enum):
+    """Neighbouring relation between datasets."""
+
+    REMOVE = "remove"
+    ADD = "add"
+    ADD_OR_REMOVE = "add_or_remove"
+
+
+_DIRECTIONS = {
+    Adjacency.REMOVE: ("remove",),
+    Adjacency.ADD: ("add",),
+    Adjacency.ADD_OR_REMOVE: ("remove", "add"),
+}
+
+
+def _adjacency(value) -> Adjacency:
+    try:
+        return Adjacency(value)
+    except ValueError:
+        allowed = ", ".join(repr(a.value) for a in Adjacency)
+        raise ValueError(f"adjacency must be one of {allowed}, got {value!r}.") from None
+
+
+def _check_direction(direction):
+    if direction not in ("remove", "add"):
+        raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}.")
+
+
+def _check_under(under):
+    if under not in ("P", "Q"):
+        raise ValueError(f"under must be 'P' or 'Q', got {under!r}.")
+
+
+def _f64(x):
+    return jnp.asarray(x, dtype=jnp.float64)
+
+
+class AbstractMechanism:
+    """Base class of all mechanisms (a dominating pair per direction)."""
+
+    symmetric: ClassVar[bool] = False
+    adjacency: Adjacency
+
+    @property
+    def directions(self) -> tuple[str, ...]:
+        """The directions an accountant must evaluate (the larger delta wins)."""
+        if self.symmetric:
+            return ("remove",)
+        return _DIRECTIONS[self.adjacency]
+
+    # -- to be provided by subclasses -------------------------------------
+    def cgf(self, t, direction: str = "remove"):
+        """Cumulant generating function ``K(t) = log E_P[exp(t L)]``."""
+        raise NotImplementedError
+
+    def privacy_loss(self, x, direction: str = "remove"):
+        """Privacy loss ``log P(x) / Q(x)`` at output ``x``."""
+        raise NotImplementedError
+
+    def sample_output(self, key, shape=(), *, direction: str = "remove", under: str = "P"):
+        """Samples of the mechanism output under ``P`` or ``Q``."""
+        raise NotImplementedError
+
+    def valid(self):
+        """Traced boolean: do the parameters lie in their allowed ranges?"""
+        raise NotImplementedError
+
+    # -- shared -----------------------------------------------------------
+    def sample_privacy_loss(self, key, shape=(), *, direction: str = "remove", under: str = "P"):
+        """Samples of the privacy-loss random variable ``L(X)``, ``X ~ P`` or ``Q``."""
+        x = self.sample_output(key, shape, direction=direction, under=under)
+        return self.privacy_loss(x, direction)
+
+    def renyi_divergence(self, alpha, direction: str = "remove"):
+        """Rényi divergence ``D_alpha(P || Q)`` of real order ``alpha > 1``."""
+        alpha = _f64(alpha)
+        return self.cgf(alpha - 1.0, direction) / (alpha - 1.0)
+
+
+def _concrete_scalar_checks(**checks):
+    for name, (kind, value) in checks.items():
+        getattr(_validate, kind)(name, value)
+
+
+@pytree_dataclass(data=("noise_multiplier",), static=("adjacency",))
+class Gaussian(AbstractMechanism):
+    """Gaussian mechanism with noise standard deviation ``noise_multiplier`` x sensitivity.
+
+    Dominating pair ``P = N(1, s^2)``, ``Q = N(0, s^2)`` with ``s`` the noise
+    multiplier; ``L ~ N(mu^2/2, mu^2)`` under ``P`` with ``mu = 1/s``.
+
+    Example:
+      >>> import jaxdp
+      >>> m = jaxdp.Gaussian(2.0)
+      >>> round(float(m.cgf(1.0)), 6)   # t (t + 1) / (2 s^2)
+      0.25
+    """
+
+    noise_multiplier: float
+    adjacency: Adjacency = Adjacency.ADD_OR_REMOVE
+    symmetric: ClassVar[bool] = True
+
+    def __post_init__(self):
+        _validate.positive("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "adjacency", _adjacency(self.adjacency))
+
+    def cgf(self, t, direction="remove"):
+        _check_direction(direction)
+        s = _f64(self.noise_multiplier)
+        return t * (t + 1.0) / (2.0 * s * s)
+
+    def privacy_loss(self, x, direction="remove"):
+        _check_direction(direction)
+        s = _f64(self.noise_multiplier)
+        return (x - 0.5) / (s * s)
+
+    def sample_output(self, key, shape=(), *, direction="remove", under="P"):
+        _check_direction(direction)
+        _check_under(under)
+        s = _f64(self.noise_multiplier)
+        z = jax.random.normal(key, shape, dtype=jnp.float64)
+        return z * s + (1.0 if under == "P" else 0.0)
+
+    def valid(self):
+        s = _f64(self.noise_multiplier)
+        return jnp.isfinite(s) & (s > 0)
+
+
+def _one_minus_exp_over(x):
+    """``(1 - exp(-x)) / x`` for real or complex ``x``, stable near 0."""
+    small = jnp.abs(x) < 1e-3
+    xs = jnp.where(small, 1.0, x)
+    series = 1.0 - x / 2.0 + x * x / 6.0 - x * x * x / 24.0
+    return jnp.where(small, series, -jnp.expm1(-xs) / xs)
+
+
+@pytree_dataclass(data=("noise_multiplier",), static=("adjacency",))
+class Laplace(AbstractMechanism):
+    """Laplace mechanism with scale ``noise_multiplier`` x (L1) sensitivity.
+
+    Dominating pair ``P = Lap(1, b)``, ``Q = Lap(0, b)`` with ``b`` the noise
+    multiplier; ``L(x) = (|x| - |x - 1|) / b`` takes values in ``[-1/b, 1/b]``.
+    ``K(t) = log[(1+t)/(1+2t) e^{t/b} + t/(1+2t) e^{-(1+t)/b}]`` (removable
+    singularity at ``t = -1/2``), evaluated stably for real and complex ``t``.
+
+    Example:
+      >>> import jaxdp
+      >>> m = jaxdp.Laplace(1.0)
+      >>> round(float(m.cgf(-1.0)), 12)   # E_P[exp(-L)] = 1
+      0.0
+    """
+
+    noise_multiplier: float
+    adjacency: Adjacency = Adjacency.ADD_OR_REMOVE
+    symmetric: ClassVar[bool] = True
+
+    def __post_init__(self):
+        _validate.positive("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "adjacency", _adjacency(self.adjacency))
+
+    def cgf(self, t, direction="remove"):
+        _check_direction(direction)
+        b = _f64(self.noise_multiplier)
+        t = jnp.asarray(t)
+        # K(t) = K(-1 - t): move to Re(1 + 2t) >= 0 where exp(-(1+2t)/b) <= 1.
+        t = jnp.where(jnp.real(t) < -0.5, -1.0 - t, t)
+        x = (1.0 + 2.0 * t) / b
+        inner = 0.5 * (1.0 + jnp.exp(-x)) + _one_minus_exp_over(x) / (2.0 * b)
+        return t / b + jnp.log(inner)
+
+    def privacy_loss(self, x, direction="remove"):
+        _check_direction(direction)
+        b = _f64(self.noise_multiplier)
+        return (jnp.abs(x) - jnp.abs(x - 1.0)) / b
+
+    def sample_output(self, key, shape=(), *, direction="remove", under="P"):
+        _check_direction(direction)
+        _check_under(under)
+        b = _f64(self.noise_multiplier)
+        z = jax.random.laplace(key, shape, dtype=jnp.float64)
+        return z * b + (1.0 if under == "P" else 0.0)
+
+    def valid(self):
+        b = _f64(self.noise_multiplier)
+        return jnp.isfinite(b) & (b > 0)
+
+
+class _MixtureBase(AbstractMechanism):
+    """Shared maths of mixture-of-Gaussians pairs; subclasses give the mixture."""
+
+    def mixture(self):
+        """Returns ``(log_p, c, sigma)`` as float64 arrays."""
+        raise NotImplementedError
+
+    def cgf(self, t, direction="remove"):
+        _check_direction(direction)
+        log_p, c, s = self.mixture()
+        lam = 1.0 + t if direction == "remove" else -t
+        return log_mixture_moment(lam, log_p, c / s)
+
+    def _log_ratio(self, x):
+        log_p, c, s = self.mixture()
+        x = jnp.asarray(x)
+        e = log_p + (c * x[..., None] - 0.5 * c * c) / (s * s)
+        return jax.nn.logsumexp(e, axis=-1)
+
+    def privacy_loss(self, x, direction="remove"):
+        _check_direction(direction)
+        lr = self._log_ratio(x)
+        return lr if direction == "remove" else -lr
+
+    def sample_output(self, key, shape=(), *, direction="remove", under="P"):
+        _check_direction(direction)
+        _check_under(under)
+        log_p, c, s = self.mixture()
+        k_idx, k_z = jax.random.split(key)
+        z = jax.random.normal(k_z, shape, dtype=jnp.float64) * s
+        mixture_side = (direction == "remove") == (under == "P")
+        if not mixture_side:
+            return z
+        j = jax.random.categorical(k_idx, log_p, shape=shape)
+        return z + c[j]
+
+
+def _check_mixture(sensitivities, probs):
+    if not (_validate.is_concrete(sensitivities) and _validate.is_concrete(probs)):
+        return
+    c = np.asarray(sensitivities, dtype=np.float64)
+    p = np.asarray(probs, dtype=np.float64)
+    if c.ndim != 1 or p.ndim != 1 or c.shape != p.shape or c.size == 0:
+        raise ValueError(
+            "sensitivities and probs must be 1-D sequences of the same nonzero length, "
+            f"got shapes {c.shape} and {p.shape}."
+        )
+    _validate.nonnegative("sensitivities", c)
+    _validate.finite("probs", p)
+    if np.any(p < 0) or abs(p.sum() - 1.0) > 1e-9:
+        raise ValueError(f"probs must be >= 0 and sum to 1, got {np.array2string(p)}.")
+
+
+def _as_leaf(x):
+    if isinstance(x, (list, tuple)):
+        return np.asarray(x, dtype=np.float64)
+    return x
+
+
+@pytree_dataclass(data=("noise_multiplier", "sensitivities", "probs"), static=("adjacency",))
+class MixtureOfGaussians(_MixtureBase):
+    """Mixture-of-Gaussians mechanism (Ganesh 2024; Choquette-Choo et al.).
+
+    The sensitivity is random: ``c_j >= 0`` with probability ``p_j``. Under
+    ``"remove"`` the dominating pair is ``P = sum_j p_j N(c_j, s^2)``,
+    ``Q = N(0, s^2)`` with ``s`` the noise multiplier; ``"add"`` swaps them.
+    Group privacy of ``k`` records under Poisson sampling is the special case
+    ``c = 0..k``, ``p = Binomial(k, q)`` (:meth:`poisson_group`).
+
+    Example:
+      >>> import jaxdp
+      >>> m = jaxdp.MixtureOfGaussians(1.0, sensitivities=[0.0, 1.0], probs=[0.9, 0.1])
+      >>> round(float(m.cgf(-1.0)), 10)   # E_P[exp(-L)] = 1
+      0.0
+    """
+
+    noise_multiplier: float
+    sensitivities: np.ndarray
+    probs: np.ndarray
+    adjacency: Adjacency = Adjacency.ADD_OR_REMOVE
+
+    def __post_init__(self):
+        _validate.positive("noise_multiplier", self.noise_multiplier)
+        object.__setattr__(self, "sensitivities", _as_leaf(self.sensitivities))
+        object.__setattr__(self, "probs", _as_leaf(self.probs))
+        _check_mixture(self.sensitivities, self.probs)
+        object.__setattr__(self, "adjacency", _adjacency(self.adjacency))
+
+    @classmethod
+    def poisson_group(cls, noise_multiplier, sampling_prob, group_size: int, *, adjacency="add_or_remove"):
+        """Group of ``group_size`` records under Poisson sampling (Ganesh 2024, Thm 3.1)."""
+        _validate.probability("sampling_prob", sampling_prob)
+        if not isinstance(group_size, (int, np.integer)) or group_size < 1:
+            raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}.")
+        k = int(group_size)
+        q = float(sampling_prob)
+        probs = np.array([math.comb(k, i) * q**i * (1 - q) ** (k - i) for i in range(k + 1)])
+        return cls(noise_multiplier, np.arange(k + 1, dtype=np.float64), probs / probs.sum(), adjacency)
+
+    def mixture(self):
+        c = _f64(self.sensitivities)
+        p = _f64(self.probs)
+        safe = jnp.where(p > 0, p, 1.0)
+        return jnp.where(p > 0, jnp.log(safe), -jnp.inf), c, _f64(self.noise_multiplier)
+
+    def valid(self):
+        s = _f64(self.noise_multiplier)
+        c = _f64(self.sensitivities)
+        p = _f64(self.probs)
+        ok = jnp.isfinite(s) & (s > 0)
+        ok &= jnp.all(jnp.isfinite(c) & (c >= 0)) & jnp.all(jnp.isfinite(p) & (p >= 0))
+        return ok & (jnp.abs(jnp.sum(p) - 1.0) < 1e-9)
+
+
+@pytree_dataclass(data=("noise_multiplier", "sampling_prob"), static=("adjacency",))
+class PoissonSubsampledGaussian(_MixtureBase):
+    """Poisson-subsampled Gaussian mechanism (DP-SGD with Poisson sampling).
+
+    The mixture-of-Gaussians mechanism with ``c = (0, 1)``, ``p = (1 - q, q)``:
+    under ``"remove"``, ``P = (1 - q) N(0, s^2) + q N(1, s^2)``, ``Q = N(0, s^2)``.
+    ``sampling_prob = 1`` is the plain Gaussian mechanism.
+
+    Example:
+      >>> import jaxdp
+      >>> m = jaxdp.PoissonSubsampledGaussian(noise_multiplier=1.0, sampling_prob=0.01)
+      >>> m.directions
+      ('remove', 'add')
+    """
+
+    noise_multiplier: float
+    sampling_prob: float
+    adjacency: Adjacency = Adjacency.ADD_OR_REMOVE
+
+    def __post_init__(self):
+        _validate.positive("noise_multiplier", self.noise_multiplier)
+        _validate.probability("sampling_prob", self.sampling_prob)
+        object.__setattr__(self, "adjacency", _adjacency(self.adjacency))
+
+    def mixture(self):
+        q = _f64(self.sampling_prob)
+        q_lt_1 = q < 1.0
+        log_1mq = jnp.where(q_lt_1, jnp.log1p(-jnp.where(q_lt_1, q, 0.0)), -jnp.inf)
+        log_p = jnp.stack([log_1mq, jnp.log(q)])
+        return log_p, jnp.array([0.0, 1.0]), _f64(self.noise_multiplier)
+
+    def valid(self):
+        s = _f64(self.noise_multiplier)
+        q = _f64(self.sampling_prob)
+        return jnp.isfinite(s) & (s > 0) & jnp.isfinite(q) & (q > 0) & (q <= 1)
+
+
+@pytree_dataclass(data=("mechanisms", "counts"))
+class Composition(AbstractMechanism):
+    """Heterogeneous composition: ``mechanisms[i]`` applied ``counts[i]`` times.
+
+    Accepted wherever a single mechanism is; the ``num_steps`` argument of the
+    accountants then repeats the whole composition.  All non-symmetric parts
+    must share one adjacency relation (the neighbouring relation is a property
+    of the datasets, not of a step).
+
+    Example:
+      >>> import jaxdp
+      >>> c = jaxdp.Composition.of((jaxdp.Gaussian(1.0), 10), (jaxdp.Gaussian(2.0), 5))
+      >>> round(float(c.cgf(1.0)), 6)      # 10 * 1 + 5 * 0.25
+      11.25
+    """
+
+    mechanisms: tuple
+    counts: tuple
+
+    def __post_init__(self):
+        mechs = tuple(self.mechanisms)
+        counts = tuple(self.counts)
+        if len(mechs) == 0 or len(mechs) != len(counts):
+            raise ValueError("Composition needs one count per mechanism and at least one mechanism.")
+        for m in mechs:
+            if not isinstance(m, AbstractMechanism) or isinstance(m, Composition):
+                raise ValueError(f"Composition parts must be (non-composition) mechanisms, got {m!r}.")
+        for n in counts:
+            _validate.num_steps("counts", n)
+        object.__setattr__(self, "mechanisms", mechs)
+        object.__setattr__(self, "counts", counts)
+        self.adjacency  # noqa: B018 -- validates that the parts agree
+
+    @classmethod
+    def of(cls, *parts):
+        """``Composition.of((mechanism, count), ...)``."""
+        return cls(tuple(m for m, _ in parts), tuple(n for _, n in parts))
+
+    @property
+    def symmetric(self):  # type: ignore[override]
+        return all(m.symmetric for m in self.mechanisms)
+
+    @property
+    def adjacency(self):  # type: ignore[override]
+        adj = {m.adjacency for m in self.mechanisms if not m.symmetric}
+        if len(adj) > 1:
+            raise ValueError(
+                "all non-symmetric parts of a Composition must use the same adjacency, "
+                f"got {sorted(a.value for a in adj)}."
+            )
+        return adj.pop() if adj else Adjacency.ADD_OR_REMOVE
+
+    def scaled(self, factor):
+        """The composition repeated ``factor`` times."""
+        return _unchecked_composition(self.mechanisms, tuple(n * factor for n in self.counts))
+
+    def cgf(self, t, direction="remove"):
+        _check_direction(direction)
+        total = 0.0
+        for m, n in zip(self.mechanisms, self.counts):
+            total = total + _f64(n) * m.cgf(t, direction)
+        return total
+
+    def privacy_loss(self, x, direction="remove"):
+        """Privacy loss of a tuple ``x`` of per-part outputs, each of shape ``(count, ...)``."""
+        return sum(jnp.sum(m.privacy_loss(xi, direction), axis=0) for m, xi in zip(self.mechanisms, x))
+
+    def sample_output(self, key, shape=(), *, direction="remove", under="P"):
+        """Per-part outputs; part ``i`` has shape ``(counts[i],) + shape`` (counts must be concrete)."""
+        keys = jax.random.split(key, len(self.mechanisms))
+        return tuple(
+            m.sample_output(k, (int(n), *tuple(shape)), direction=direction, under=under)
+            for m, n, k in zip(self.mechanisms, self.counts, keys)
+        )
+
+    def valid(self):
+        ok = jnp.array(True)
+        for m, n in zip(self.mechanisms, self.counts):
+            n = _f64(n)
+            ok &= m.valid() & jnp.isfinite(n) & (n >= 1)
+        return ok
+
+
+def _unchecked_composition(mechanisms, counts):
+    obj = object.__new__(Composition)
+    object.__setattr__(obj, "mechanisms", tuple(mechanisms))
+    object.__setattr__(obj, "counts", tuple(counts))
+    return obj
+
+
+def as_composition(mechanism, num_steps) -> Composition:
+    """Normalises ``(mechanism, num_steps)`` to a :class:`Composition`."""
+    if isinstance(mechanism, Composition):
+        return mechanism.scaled(num_steps)
+    if not isinstance(mechanism, AbstractMechanism):
+        raise ValueError(f"mechanism must be a jaxdp mechanism, got {type(mechanism).__name__}.")
+    return _unchecked_composition((mechanism,), (num_steps,))

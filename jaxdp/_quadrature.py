@@ -1,0 +1,162 @@
+"""Quadrature for moments of Gaussian mixtures likelihood ratios.
+
+The privacy loss of every mixture-of-Gaussians mechanism (Poisson-subsampled
+Gaussian included) reduces to one integral.  Writing ``b_j = c_j / sigma`` and
+``R(z) = sum_j p_j exp(b_j z - b_j^2 / 2)`` (the likelihood ratio of the
+mixture ``sum_j p_j N(c_j, sigma^2)`` against ``N(0, sigma^2)`` at
+``x = sigma z``), we need, for real or complex ``lam``,
+
+    M(lam) = E_{Z ~ N(0, 1)} [ R(Z)^lam ].
+
+Rule (documented accuracy target: 1e-10 relative on ``log M``, validated
+against mpmath in ``tests/test_quadrature.py``):
+
+* The log-integrand ``g(z) = Re(lam) log R(z) - z^2 / 2`` is a sum of a
+  (scaled) convex log-sum-exp and ``-z^2/2``.  Each mixture component alone
+  gives a unit-variance Gaussian bump centred at ``Re(lam) b_j``; every local
+  maximum of ``g`` lies in the hull of those centres.  We place one window of
+  half-width ``W = 20`` (``exp(-W^2/2) = 1.4e-87`` relative tail) around each
+  centre, around ``z = 0`` (the mass of the Gaussian weight itself) and around
+  the global maximiser of ``g`` (found by a coarse scan
+  refined by a monotone minorise-maximise iteration for ``Re(lam) >= 0`` or by
+  bisection on the monotone ``g'`` for ``Re(lam) < 0``, where ``g`` is concave).
+* The union of the windows is parametrised by a compressed coordinate (the
+  gaps between windows, where the integrand is below the tail bound, are
+  skipped) and integrated by the midpoint rule with a static number of nodes.
+  For integrands analytic in a strip and negligible at the ends the midpoint
+  rule converges geometrically: with ``320`` nodes per window the step is at
+  most ``0.125`` and the discretisation error is below ``exp(-2 pi^2 s^2 / h^2)``
+  for features of width ``s``; the narrowest feature has width
+  ``1 / sqrt(1 + |lam| Var(b))`` which keeps the error below 1e-12 up to
+  ``|lam| Var(b) ~ 50`` (e.g. orders up to ~200 at sigma = 1 in the add
+  direction); beyond that accuracy degrades gracefully.
+* Node positions are computed from ``stop_gradient`` copies of the parameters,
+  so derivatives (``jax.grad`` in ``lam``, ``sigma``, ``q``) are the exact
+  derivatives of the quadrature rule applied to the differentiated integrand,
+  which is itself a spectrally accurate rule.
+* When the moment is close to one (small ``q``, small ``lam``) ``log M`` is
+  computed as ``log1p(E[R^lam - 1])`` with ``log R`` from ``log1p``/``expm1``,
+  so tiny cumulants keep their relative accuracy instead of drowning in the
+  rounding of ``1 + x``.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxdp._numerics import LOG_2PI, logsumexp
+
+__all__ = ["HALF_WIDTH", "NODES_PER_WINDOW", "log_mixture_moment"]
+
+NODES_PER_WINDOW = 320
+HALF_WIDTH = 20.0
+_SCAN_POINTS = 129
+_REFINE_STEPS = 40
+
+
+def _log_ratio(z, log_p, b):
+    """``log R(z)`` for an array ``z`` (shape ``(N,)``) -> shape ``(N,)``."""
+    return jax.nn.logsumexp(log_p + b * z[:, None] - 0.5 * b * b, axis=-1)
+
+
+def _weights_mean(z, log_p, b):
+    """Posterior mean of ``b`` under weights ``p_j exp(b_j z - b_j^2/2)``."""
+    w = jax.nn.softmax(log_p + b * z - 0.5 * b * b)
+    return jnp.sum(w * b)
+
+
+def _mode(lr, log_p, b):
+    """Global maximiser of ``g(z) = lr log R(z) - z^2/2`` (approximately)."""
+    centres = lr * b
+    lo = jnp.min(centres)
+    hi = jnp.max(centres)
+    grid = jnp.linspace(lo, hi, _SCAN_POINTS)
+    g = lr * _log_ratio(grid, log_p, b) - 0.5 * grid * grid
+    z0 = grid[jnp.argmax(g)]
+
+    # lr >= 0: minorise-maximise (linearise the convex log R), monotone ascent.
+    def mm(_, z):
+        return lr * _weights_mean(z, log_p, b)
+
+    z_mm = jax.lax.fori_loop(0, _REFINE_STEPS, mm, z0)
+
+    # lr < 0: g is concave, g'(z) = lr E_w[b] - z is decreasing on [lo, hi].
+    def bis(_, state):
+        a, c = state
+        m = 0.5 * (a + c)
+        up = lr * _weights_mean(m, log_p, b) - m > 0
+        return jnp.where(up, m, a), jnp.where(up, c, m)
+
+    a, c = jax.lax.fori_loop(0, 2 * _REFINE_STEPS, bis, (lo - 1.0, hi + 1.0))
+    z_bis = 0.5 * (a + c)
+    return jnp.where(lr >= 0, z_mm, z_bis)
+
+
+def _nodes(lr, log_p, b, nodes_per_window, half_width):
+    """Midpoint nodes on the union of windows; returns ``(z, log_h)``."""
+    k = b.shape[0]
+    centres = jnp.concatenate([lr * b, _mode(lr, log_p, b)[None], jnp.zeros(1)])
+    centres = jnp.sort(centres)
+    two_w = 2.0 * half_width
+    seg = jnp.concatenate([jnp.array([two_w]), jnp.minimum(two_w, jnp.diff(centres))])
+    ends = jnp.cumsum(seg)
+    total = ends[-1]
+    n = (k + 2) * nodes_per_window
+    h = total / n
+    u = (jnp.arange(n, dtype=jnp.float64) + 0.5) * h
+    idx = jnp.minimum(jnp.searchsorted(ends, u, side="right"), k + 1)
+    z = centres[idx] + half_width - (ends[idx] - u)
+    return z, jnp.log(h)
+
+
+def log_mixture_moment(
+    lam,
+    log_p,
+    b,
+    *,
+    nodes_per_window: int = NODES_PER_WINDOW,
+    half_width: float = HALF_WIDTH,
+):
+    """``log E_{Z~N(0,1)}[(sum_j p_j exp(b_j Z - b_j^2/2))^lam]``.
+
+    Args:
+      lam: real or complex scalar exponent.
+      log_p: log mixture weights, shape ``(K,)`` (``-inf`` allowed).
+      b: standardised sensitivities ``c_j / sigma``, shape ``(K,)``.
+      nodes_per_window: static number of midpoint nodes per window.
+      half_width: half-width of each window in standard deviations.
+
+    Returns:
+      The log-moment, real or complex like ``lam`` (principal branch).
+    """
+    lam = jnp.asarray(lam)
+    log_p = jnp.asarray(log_p)
+    b = jnp.asarray(b)
+    lr = jax.lax.stop_gradient(jnp.real(lam))
+    z, log_h = _nodes(
+        lr,
+        jax.lax.stop_gradient(log_p),
+        jax.lax.stop_gradient(b),
+        nodes_per_window,
+        half_width,
+    )
+    z = jax.lax.stop_gradient(z)
+    log_h = jax.lax.stop_gradient(log_h)
+    log_phi = -0.5 * z * z - 0.5 * LOG_2PI
+    # Large-moment branch: everything in log space.
+    log_r = _log_ratio(z, log_p, b)
+    log_m_big = logsumexp(lam * log_r + log_phi) + log_h
+    # Near-one branch: M - 1 = E[R^lam - 1] computed without cancellation,
+    # using log R = log1p(sum_j p_j expm1(b_j z - b_j^2/2)) (the p_j sum to 1)
+    # and the exact normalisation of the Gaussian weight.
+    x = jnp.minimum(b * z[:, None] - 0.5 * b * b, 50.0)
+    r_minus_1 = jnp.sum(jnp.exp(log_p) * jnp.expm1(x), axis=-1)
+    small_r = jnp.abs(r_minus_1) < 0.5
+    log_r_small = jnp.where(small_r, jnp.log1p(jnp.where(small_r, r_minus_1, 0.0)), log_r)
+    a = lam * log_r_small
+    a = jnp.where(jnp.real(a) > 600.0, 600.0 + 0.0 * a, a)
+    s = jnp.sum(jnp.expm1(a) * jnp.exp(log_phi)) * jnp.exp(log_h)
+    small = jnp.abs(s) < 0.25
+    log_m_small = jnp.log1p(jnp.where(small, s, 0.0))
+    return jnp.where(small, log_m_small, log_m_big)

@@ -1,0 +1,96 @@
+"""Root finding and 1-D minimisation that jit, vmap and differentiate.
+
+``solve_decreasing`` finds the root of a decreasing scalar function on a
+bracket with a safeguarded Newton iteration (a Newton step is taken only when
+it stays strictly inside the current bracket, otherwise the bracket is
+bisected) for a fixed number of iterations -- no Python control flow on traced
+values.  Its derivative with respect to anything the function closes over is
+given by the implicit function theorem through ``jax.lax.custom_root``, not by
+unrolling the iterations.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+__all__ = ["minimize_on_grid", "solve_decreasing"]
+
+
+def solve_decreasing(f, lo, hi, *, iterations: int = 60):
+    """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
+
+    Returns the point where the bracket closes; if ``f(lo) < 0`` the result is
+    ``lo`` and if ``f(hi) > 0`` it is ``hi`` (callers handle those cases).
+    """
+    lo = jax.lax.stop_gradient(lo)
+    hi = jax.lax.stop_gradient(hi)
+
+    def solve(g, x0):
+        def body(_, state):
+            a, b, x = state
+            gx, dgx = jax.jvp(g, (x,), (jnp.ones_like(x),))
+            a = jnp.where(gx > 0, x, a)
+            b = jnp.where(gx > 0, b, x)
+            newton = x - gx / dgx
+            inside = jnp.isfinite(newton) & (newton > a) & (newton < b)
+            x = jnp.where(inside, newton, 0.5 * (a + b))
+            return a, b, x
+
+        _a, _b, x = jax.lax.fori_loop(0, iterations, body, (lo, hi, x0))
+        return x
+
+    def tangent_solve(g, y):
+        return y / g(jnp.ones_like(y))
+
+    x0 = 0.5 * (lo + hi)
+    return jax.lax.custom_root(f, x0, solve, tangent_solve)
+
+
+def minimize_on_grid(f, grid, *, refine_steps: int = 40):
+    """Minimum of scalar ``f`` over a 1-D grid, refined by golden-section search.
+
+    ``f`` is evaluated on ``grid`` (vectorised), the bracket around the best grid
+    point is refined, and the value at the refined point (or the best grid value
+    if that is lower) is returned.  The location is held fixed for
+    differentiation (envelope theorem), so gradients are ``df/dparams`` at the
+    minimiser.
+
+    Returns ``(value, argmin)``.
+    """
+    values = jax.vmap(f)(grid)
+    values_sg = jax.lax.stop_gradient(values)
+    values_sg = jnp.where(jnp.isnan(values_sg), jnp.inf, values_sg)
+    i = jnp.argmin(values_sg)
+    n = grid.shape[0]
+    a = grid[jnp.maximum(i - 1, 0)]
+    b = grid[jnp.minimum(i + 1, n - 1)]
+    inv_phi = 0.6180339887498949
+
+    def fs(x):
+        v = jax.lax.stop_gradient(f(x))
+        return jnp.where(jnp.isnan(v), jnp.inf, v)
+
+    def body(_, state):
+        a, b, c, d, fc, fd = state
+        left = fc < fd
+        # keep [a, d] if the minimum is left of d, else [c, b]
+        a2 = jnp.where(left, a, c)
+        b2 = jnp.where(left, d, b)
+        c2 = jnp.where(left, b2 - inv_phi * (b2 - a2), d)
+        d2 = jnp.where(left, c, a2 + inv_phi * (b2 - a2))
+        new_x = jnp.where(left, c2, d2)
+        f_new = fs(new_x)
+        fc2 = jnp.where(left, f_new, fd)
+        fd2 = jnp.where(left, fc, f_new)
+        return a2, b2, c2, d2, fc2, fd2
+
+    c = b - inv_phi * (b - a)
+    d = a + inv_phi * (b - a)
+    state = (a, b, c, d, fs(c), fs(d))
+    a, b, c, d, fc, fd = jax.lax.fori_loop(0, refine_steps, body, state)
+    x_ref = jnp.where(fc < fd, c, d)
+    x_ref = jax.lax.stop_gradient(x_ref)
+    better = jnp.minimum(fc, fd) < values_sg[i]
+    x_best = jnp.where(better, x_ref, grid[i])
+    return f(x_best), x_best
