@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp import _exact, _rdp, _validate
 from jaxdp._mechanisms import Composition, as_composition
@@ -243,4 +244,4 @@ def renyi_dp(mechanism, *, orders, num_steps=1):
     _validate.num_steps("num_steps", num_steps)
     comp = to_f64(as_composition(mechanism, num_steps))
     out = _renyi_jit(comp, orders_arr)
-    return out if jnp.ndim(orders) else out[0]
+    return out if np.ndim(orders) else out[0]

@@ -33,6 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import _validate
+from jaxdp._numerics import float64_scope
 from jaxdp._pytree import pytree_dataclass
 from jaxdp._quadrature import log_mixture_moment
 
@@ -85,11 +86,35 @@ def _f64(x):
     return jnp.asarray(x, dtype=jnp.float64)
 
 
+_FLOAT64_METHODS = (
+    "cgf",
+    "privacy_loss",
+    "sample_output",
+    "sample_privacy_loss",
+    "renyi_divergence",
+    "valid",
+    "mixture",
+)
+
+
 class AbstractMechanism:
-    """Base class of all mechanisms (a dominating pair per direction)."""
+    """Base class of all mechanisms (a dominating pair per direction).
+
+    Every numerical method runs in float64 (see :func:`jaxdp._numerics.float64_scope`),
+    whatever the global ``jax_enable_x64`` setting.
+    """
 
     symmetric: ClassVar[bool] = False
     adjacency: Adjacency
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        for name in _FLOAT64_METHODS:
+            fn = cls.__dict__.get(name)
+            if fn is not None and not getattr(fn, "_float64_scoped", False):
+                wrapped = float64_scope(fn)
+                wrapped._float64_scoped = True
+                setattr(cls, name, wrapped)
 
     @property
     def directions(self) -> tuple[str, ...]:

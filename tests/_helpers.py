@@ -1,0 +1,32 @@
+"""Small helpers shared by the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import jax
+
+
+@contextlib.contextmanager
+def x64():
+    """Float64 inputs for finite differences and vmapped parameter arrays."""
+    with jax.enable_x64(True):
+        yield
+
+
+def central_difference(f, x, rel_step=1e-5):
+    """Float64 central finite difference of a scalar function of a float."""
+    h = rel_step * max(abs(x), 1e-3)
+    return (float(f(x + h)) - float(f(x - h))) / (2 * h)
+
+
+def rel_err(a, b):
+    return abs(float(a) - float(b)) / abs(float(b))
+
+
+def complex_log_close(got, ref, rtol):
+    """Complex logarithms agree up to a multiple of 2*pi*i (the branch)."""
+    d = complex(got) - complex(ref)
+    imag = (d.imag + math.pi) % (2 * math.pi) - math.pi
+    return math.hypot(d.real, imag) <= rtol * abs(complex(ref))

@@ -1,0 +1,18 @@
+"""Shared test configuration.
+
+The suite deliberately does *not* turn on ``jax_enable_x64`` globally: jaxdp
+must give float64 results under JAX's default (32-bit) configuration, and the
+tests exercise exactly that.  Tests that need float64 *inputs* (finite
+differences, vmapped parameter arrays) build them inside ``_helpers.x64()``.
+"""
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "jaxdp",
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=True,
+)
+settings.load_profile("jaxdp")

@@ -1,0 +1,107 @@
+"""The mixture quadrature against independent mpmath integrals (1e-10 relative)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import mpmath as mp
+import numpy as np
+import pytest
+from _helpers import central_difference, complex_log_close, x64
+from _mp_refs import mixture_cgf
+
+import jaxdp
+from jaxdp._quadrature import log_mixture_moment
+
+TOL = 1e-10
+
+
+def _psg_cgf(t, sigma, q, direction):
+    with x64():
+        m = jaxdp.PoissonSubsampledGaussian(sigma, q)
+        return jax.jit(lambda t: m.cgf(t, direction))(t)
+
+
+@pytest.mark.parametrize(
+    "sigma,q,t,direction",
+    [
+        (0.5, 1e-3, 0.5, "remove"),
+        (0.5, 1e-3, 20.0, "remove"),
+        (0.5, 0.01, 7.3, "add"),
+        (1.0, 0.01, 1.0, "remove"),
+        (1.0, 0.01, 31.0, "add"),
+        (1.0, 0.3, -0.5, "remove"),
+        (2.0, 0.01, 100.0, "remove"),
+        (2.0, 0.1, 50.0, "add"),
+        (10.0, 1e-4, 3.0, "remove"),
+        (10.0, 0.5, 300.0, "add"),
+        (0.3, 0.5, 12.0, "remove"),
+        (1.1, 0.0042667, 4.0, "remove"),
+    ],
+)
+def test_psg_cgf_matches_mpmath(sigma, q, t, direction):
+    got = float(_psg_cgf(t, sigma, q, direction))
+    ref = float(mixture_cgf(t, sigma, [0, 1], [1 - mp.mpf(q), mp.mpf(q)], direction))
+    assert abs(got - ref) <= TOL * abs(ref)
+
+
+@pytest.mark.parametrize("k,q,sigma,t", [(2, 0.01, 1.0, 5.0), (4, 0.01, 2.0, 10.0), (8, 0.05, 2.0, 3.0)])
+@pytest.mark.parametrize("direction", ["remove", "add"])
+def test_group_mixture_cgf_matches_mpmath(k, q, sigma, t, direction):
+    with x64():
+        m = jaxdp.MixtureOfGaussians.poisson_group(sigma, q, k)
+        got = float(m.cgf(t, direction))
+    ref = float(mixture_cgf(t, sigma, list(range(k + 1)), list(np.asarray(m.probs)), direction))
+    assert abs(got - ref) <= TOL * abs(ref)
+
+
+def test_general_mixture_without_zero_sensitivity():
+    c, p = [0.5, 1.0, 2.5], [0.2, 0.5, 0.3]
+    with x64():
+        m = jaxdp.MixtureOfGaussians(1.5, c, p)
+        for direction, t in [("remove", 2.0), ("add", 2.0), ("remove", 15.0), ("add", 15.0)]:
+            got = float(m.cgf(t, direction))
+            ref = float(mixture_cgf(t, 1.5, c, p, direction))
+            assert abs(got - ref) <= TOL * abs(ref), (direction, t, got, ref)
+
+
+@pytest.mark.parametrize("t", [1.0 + 0.7j, 3.0 + 2.0j, 0.5 - 1.5j])
+def test_complex_cgf_matches_mpmath(t):
+    with x64():
+        m = jaxdp.PoissonSubsampledGaussian(1.0, 0.05)
+        got = complex(m.cgf(jnp.asarray(t, jnp.complex128), "remove"))
+    ref = complex(mixture_cgf(t, 1.0, [0, 1], [0.95, 0.05], "remove"))
+    assert complex_log_close(got, ref, TOL)
+
+
+def test_gaussian_special_case_is_exact():
+    # One component: the moment is lam (lam - 1) b^2 / 2 in closed form.
+    with x64():
+        for lam, b in [(2.5, 1.0), (40.0, 0.5), (-30.0, 2.0), (0.3, 3.0)]:
+            got = float(log_mixture_moment(lam, jnp.zeros(1), jnp.array([b])))
+            ref = lam * (lam - 1) * b * b / 2
+            assert abs(got - ref) <= 1e-12 * abs(ref)
+
+
+def test_cgf_gradients_match_finite_differences():
+    with x64():
+        def k_sigma(s):
+            return jaxdp.PoissonSubsampledGaussian(s, 0.01).cgf(8.0)
+
+        def k_q(q):
+            return jaxdp.PoissonSubsampledGaussian(0.8, q).cgf(8.0, "add")
+
+        def k_t(t):
+            return jaxdp.PoissonSubsampledGaussian(0.8, 0.02).cgf(t)
+
+        for f, x in [(k_sigma, 0.9), (k_q, 0.02), (k_t, 3.0)]:
+            g = float(jax.grad(f)(x))
+            fd = central_difference(f, x)
+            assert abs(g - fd) <= 1e-6 * abs(fd), (f.__name__, g, fd)
+
+
+def test_second_derivative_is_finite_and_positive():
+    with x64():
+        m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
+        k2 = jax.grad(jax.grad(lambda t: m.cgf(t)))(5.0)
+    assert np.isfinite(float(k2)) and float(k2) > 0
