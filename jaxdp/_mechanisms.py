@@ -141,11 +141,13 @@ class AbstractMechanism:
         raise NotImplementedError
 
     # -- shared -----------------------------------------------------------
+    @float64_scope
     def sample_privacy_loss(self, key, shape=(), *, direction: str = "remove", under: str = "P"):
         """Samples of the privacy-loss random variable ``L(X)``, ``X ~ P`` or ``Q``."""
         x = self.sample_output(key, shape, direction=direction, under=under)
         return self.privacy_loss(x, direction)
 
+    @float64_scope
     def renyi_divergence(self, alpha, direction: str = "remove"):
         """Rényi divergence ``D_alpha(P || Q)`` of real order ``alpha > 1``."""
         alpha = _f64(alpha)

@@ -30,6 +30,8 @@ def is_concrete(value) -> bool:
         return False
     if isinstance(value, (numbers.Number, np.ndarray, np.generic, jax.Array)):
         return True
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0 and all(is_concrete(v) for v in value)
     return False
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import mpmath as mp
@@ -85,4 +86,4 @@ def test_exact_rejects_non_gaussian():
 def test_vectorised_delta_curve_is_monotone():
     eps = np.linspace(0, 6, 13)
     d = [float(jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=e, num_steps=4, method="exact")) for e in eps]
-    assert all(x > y for x, y in zip(d, d[1:]))
+    assert all(x > y for x, y in itertools.pairwise(d))

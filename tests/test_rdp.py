@@ -21,7 +21,10 @@ def _dp_rdp(event, orders, count=1):
     return np.asarray(acc._rdp)
 
 
-@pytest.mark.parametrize("sigma,q", [(0.5, 0.001), (0.65, 0.01), (1.0, 0.01), (2.0, 0.01), (1.1, 0.0042667), (4.0, 0.2)])
+PSG_CASES = [(0.5, 0.001), (0.65, 0.01), (1.0, 0.01), (2.0, 0.01), (1.1, 0.0042667), (4.0, 0.2)]
+
+
+@pytest.mark.parametrize("sigma,q", PSG_CASES)
 def test_psg_rdp_matches_dp_accounting_at_integer_orders(sigma, q):
     want = _dp_rdp(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), INTEGER_ORDERS)
     got = np.asarray(jaxdp.renyi_dp(jaxdp.PoissonSubsampledGaussian(sigma, q), orders=INTEGER_ORDERS))

@@ -1,0 +1,83 @@
+"""The ``jaxdp`` command line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from jaxdp.cli import main
+
+KEYS = {"epsilon", "delta", "method", "certified", "seconds"}
+
+
+def _json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+def test_epsilon_json(capsys):
+    out = _json(capsys, "epsilon --sigma 1.1 --q 0.0042667 --steps 14040 --delta 1e-5 --method rdp --json".split())
+    assert KEYS <= set(out)
+    assert out["method"] == "rdp" and out["certified"] is True and out["delta"] == 1e-5
+    # dp_accounting RDP gives 2.5944 on this setting (reference table)
+    assert out["epsilon"] == pytest.approx(2.5943633557853634, rel=1e-3)
+
+
+def test_delta_json_gaussian_exact(capsys):
+    argv = "delta --sigma 70 --q 1 --steps 1200 --epsilon 2.0 --mechanism gaussian --method exact --json"
+    out = _json(capsys, argv.split())
+    assert out["delta"] == pytest.approx(7.772356946449523e-06, rel=1e-9)
+    assert out["epsilon"] == 2.0
+
+
+def test_human_report(capsys):
+    assert main("epsilon --sigma 1.0 --q 0.01 --steps 100 --delta 1e-5".split()) == 0
+    text = capsys.readouterr().out
+    assert "epsilon =" in text and "proven upper bound" in text
+
+
+def test_laplace_and_group(capsys):
+    out = _json(capsys, "epsilon --sigma 2 --steps 10 --delta 1e-6 --mechanism laplace --json".split())
+    assert 0 < out["epsilon"] <= 5.0 + 1e-9  # never worse than basic composition 10 * (1/2)
+    out = _json(capsys, "epsilon --sigma 1 --q 0.01 --steps 2000 --delta 1e-6 --group-size 2 --json".split())
+    assert out["group_size"] == 2 and out["epsilon"] > 6.43
+
+
+def test_methods_listing(capsys):
+    assert main(["methods"]) == 0
+    assert "rdp" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        ("epsilon --sigma -1 --q 0.01 --steps 10 --delta 1e-5", "--sigma must be > 0"),
+        ("epsilon --sigma 1 --q 1.5 --steps 10 --delta 1e-5", "--q must be in (0, 1]"),
+        ("epsilon --sigma 1 --q 0 --steps 10 --delta 1e-5", "--q must be in (0, 1]"),
+        ("epsilon --sigma 1 --q 0.01 --steps 10.5 --delta 1e-5", "--steps must be an integer >= 1"),
+        ("epsilon --sigma 1 --q 0.01 --steps 0 --delta 1e-5", "--steps must be an integer >= 1"),
+        ("epsilon --sigma 1 --q 0.01 --steps 10 --delta 1", "--delta must be in (0, 1)"),
+        ("epsilon --sigma nan --q 0.01 --steps 10 --delta 1e-5", "--sigma must be finite"),
+        ("delta --sigma 1 --q 0.01 --steps 10 --epsilon -2", "--epsilon must be >= 0"),
+        ("epsilon --sigma 1 --q 0.01 --steps 10 --delta 1e-5 --method nope", "method must be one of"),
+        ("epsilon --sigma 1 --steps 10", "required: --delta"),
+        ("epsilon --sigma 1 --q 0.1 --steps 10 --delta 1e-5 --mechanism gaussian", "no subsampling"),
+    ],
+)
+def test_bad_input_exit_2_one_line(capsys, argv, fragment):
+    assert main(argv.split()) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("jaxdp: error:")
+    assert fragment in err
+
+
+def test_console_entry_point_runs():
+    out = subprocess.run(
+        [sys.executable, "-m", "jaxdp", "epsilon", "--sigma", "1.0", "--q", "0.01", "--steps", "100",
+         "--delta", "1e-5", "--json"],
+        capture_output=True, text=True, check=True,
+    )
+    assert KEYS <= set(json.loads(out.stdout))

@@ -1,0 +1,40 @@
+"""Results are float64 whatever the user's ``jax_enable_x64`` setting."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import json, jax, jaxdp
+m = jaxdp.PoissonSubsampledGaussian(1.1, 0.0042667)
+e = jaxdp.epsilon_for_delta(m, num_steps=14040, delta=1e-5, method="rdp")
+d = jaxdp.log_delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=40.0, method="exact")
+j = jax.jit(lambda s: jaxdp.epsilon_for_delta(jaxdp.Gaussian(s), delta=1e-12, method="exact"))(2.0)
+print(json.dumps({"x64": bool(jax.config.jax_enable_x64), "eps": float(e), "eps_dtype": str(e.dtype),
+                  "logd": float(d), "jit": float(j), "jit_dtype": str(j.dtype)}))
+"""
+
+
+def _run(flag):
+    env = dict(os.environ, JAX_ENABLE_X64=flag, JAX_PLATFORMS="cpu")
+    out = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("flag", ["0", "1"])
+def test_float64_regardless_of_x64_flag(flag):
+    got = _run(flag)
+    assert got["x64"] == (flag == "1")
+    assert got["eps_dtype"] == "float64" and got["jit_dtype"] == "float64"
+    assert got["logd"] < -700  # delta ~ 1e-340: representable only through the log
+
+
+def test_same_numbers_with_and_without_x64():
+    a, b = _run("0"), _run("1")
+    for key in ["eps", "logd", "jit"]:
+        assert a[key] == pytest.approx(b[key], rel=1e-13)
