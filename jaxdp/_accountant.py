@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _exact, _rdp, _validate
+from jaxdp import _exact, _rdp, _saddlepoint, _validate
 from jaxdp._mechanisms import Composition, as_composition
 from jaxdp._numerics import float64_scope, to_f64
 
@@ -44,6 +44,8 @@ class MethodInfo:
       description: one line for reports.
       log_delta: ``(composition, direction, epsilon) -> log delta``.
       epsilon: ``(composition, direction, log_delta) -> epsilon``.
+      companion: for an estimate, the name of the method giving its certified
+        upper bound (reported beside it by the command line).
     """
 
     name: str
@@ -51,6 +53,7 @@ class MethodInfo:
     description: str
     log_delta: Callable = dataclasses.field(repr=False)
     epsilon: Callable = dataclasses.field(repr=False)
+    companion: str | None = None
 
 
 _METHODS: dict[str, MethodInfo] = {}
@@ -100,6 +103,27 @@ register_method(
         description="closed-form delta(eps) of composed Gaussian mechanisms",
         log_delta=_exact_log_delta,
         epsilon=_exact_epsilon,
+    )
+)
+
+
+register_method(
+    MethodInfo(
+        "saddlepoint",
+        certified=False,
+        description="saddle-point approximation delta_2 (estimate; O(1) in the number of steps)",
+        log_delta=_saddlepoint.log_delta_saddlepoint,
+        epsilon=_saddlepoint.epsilon_saddlepoint,
+        companion="saddlepoint-certified",
+    )
+)
+register_method(
+    MethodInfo(
+        "saddlepoint-certified",
+        certified=True,
+        description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
+        log_delta=_saddlepoint.log_delta_saddlepoint_upper,
+        epsilon=_saddlepoint.epsilon_saddlepoint_upper,
     )
 )
 

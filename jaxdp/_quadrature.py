@@ -44,6 +44,8 @@ against mpmath in ``tests/test_quadrature.py``):
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
@@ -117,6 +119,65 @@ def _nodes(lr, log_p, b, nodes_per_window, half_width):
     return z, jnp.log(h)
 
 
+class MixtureRule(NamedTuple):
+    """Quadrature nodes for one exponent: ``E_Z[f(Z)] ~ sum_i exp(log_w_i) f(z_i)``.
+
+    ``log_r`` holds ``log R(z_i)``, accurate to full relative precision also when
+    ``R`` is close to one; it is differentiable in the mixture parameters while
+    the node positions are not (see the module docstring).
+    """
+
+    z: jax.Array
+    log_w: jax.Array
+    log_r: jax.Array
+
+
+def mixture_rule(
+    lam_real,
+    log_p,
+    b,
+    *,
+    nodes_per_window: int = NODES_PER_WINDOW,
+    half_width: float = HALF_WIDTH,
+) -> MixtureRule:
+    """Nodes, log-weights and ``log R`` values placed for exponent ``lam_real``."""
+    log_p = jnp.asarray(log_p)
+    b = jnp.asarray(b)
+    lr = jax.lax.stop_gradient(jnp.asarray(lam_real))
+    z, log_h = _nodes(lr, jax.lax.stop_gradient(log_p), jax.lax.stop_gradient(b), nodes_per_window, half_width)
+    z = jax.lax.stop_gradient(z)
+    log_w = jax.lax.stop_gradient(log_h - 0.5 * z * z - 0.5 * LOG_2PI)
+    log_r = _log_ratio(z, log_p, b)
+    # log R = log1p(sum_j p_j expm1(b_j z - b_j^2/2)) (the p_j sum to 1) keeps the
+    # relative accuracy of R - 1 when R is close to one.
+    x = jnp.minimum(b * z[:, None] - 0.5 * b * b, 50.0)
+    r_minus_1 = jnp.sum(jnp.exp(log_p) * jnp.expm1(x), axis=-1)
+    small_r = jnp.abs(r_minus_1) < 0.5
+    log_r = jnp.where(small_r, jnp.log1p(jnp.where(small_r, r_minus_1, 0.0)), log_r)
+    return MixtureRule(z, log_w, log_r)
+
+
+def rule_log_moment(lam, rule: MixtureRule):
+    """``log E_Z[R(Z)^lam]`` on the nodes of ``rule``."""
+    a = lam * rule.log_r
+    log_m_big = logsumexp(a + rule.log_w)
+    # Near-one branch: M - 1 = E[R^lam - 1] without the rounding of 1 + x
+    # (the Gaussian weights integrate to one over the windows).
+    a_clip = jnp.where(jnp.real(a) > 600.0, 600.0 + 0.0 * a, a)
+    s = jnp.sum(jnp.expm1(a_clip) * jnp.exp(rule.log_w))
+    small = jnp.abs(s) < 0.25
+    log_m_small = jnp.log1p(jnp.where(small, s, 0.0))
+    return jnp.where(small, log_m_small, log_m_big)
+
+
+def rule_tilted_abs_moment(lam, sign, rule: MixtureRule, order: int = 3):
+    """``E|L - E L|^order`` of ``L = sign * log R`` under weights ``R^lam``."""
+    ell = sign * rule.log_r
+    pi = jax.nn.softmax(lam * rule.log_r + rule.log_w)
+    mean = jnp.sum(pi * ell)
+    return jnp.sum(pi * jnp.abs(ell - mean) ** order)
+
+
 def log_mixture_moment(
     lam,
     log_p,
@@ -138,32 +199,5 @@ def log_mixture_moment(
       The log-moment, real or complex like ``lam`` (principal branch).
     """
     lam = jnp.asarray(lam)
-    log_p = jnp.asarray(log_p)
-    b = jnp.asarray(b)
-    lr = jax.lax.stop_gradient(jnp.real(lam))
-    z, log_h = _nodes(
-        lr,
-        jax.lax.stop_gradient(log_p),
-        jax.lax.stop_gradient(b),
-        nodes_per_window,
-        half_width,
-    )
-    z = jax.lax.stop_gradient(z)
-    log_h = jax.lax.stop_gradient(log_h)
-    log_phi = -0.5 * z * z - 0.5 * LOG_2PI
-    # Large-moment branch: everything in log space.
-    log_r = _log_ratio(z, log_p, b)
-    log_m_big = logsumexp(lam * log_r + log_phi) + log_h
-    # Near-one branch: M - 1 = E[R^lam - 1] computed without cancellation,
-    # using log R = log1p(sum_j p_j expm1(b_j z - b_j^2/2)) (the p_j sum to 1)
-    # and the exact normalisation of the Gaussian weight.
-    x = jnp.minimum(b * z[:, None] - 0.5 * b * b, 50.0)
-    r_minus_1 = jnp.sum(jnp.exp(log_p) * jnp.expm1(x), axis=-1)
-    small_r = jnp.abs(r_minus_1) < 0.5
-    log_r_small = jnp.where(small_r, jnp.log1p(jnp.where(small_r, r_minus_1, 0.0)), log_r)
-    a = lam * log_r_small
-    a = jnp.where(jnp.real(a) > 600.0, 600.0 + 0.0 * a, a)
-    s = jnp.sum(jnp.expm1(a) * jnp.exp(log_phi)) * jnp.exp(log_h)
-    small = jnp.abs(s) < 0.25
-    log_m_small = jnp.log1p(jnp.where(small, s, 0.0))
-    return jnp.where(small, log_m_small, log_m_big)
+    rule = mixture_rule(jnp.real(lam), log_p, b, nodes_per_window=nodes_per_window, half_width=half_width)
+    return rule_log_moment(lam, rule)

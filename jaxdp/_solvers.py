@@ -1,12 +1,13 @@
 """Root finding and 1-D minimisation that jit, vmap and differentiate.
 
 ``solve_decreasing`` finds the root of a decreasing scalar function on a
-bracket with a safeguarded Newton iteration (a Newton step is taken only when
+bracket with a safeguarded Newton iteration: a Newton step is taken only when
 it stays strictly inside the current bracket, otherwise the bracket is
-bisected) for a fixed number of iterations -- no Python control flow on traced
-values.  Its derivative with respect to anything the function closes over is
-given by the implicit function theorem through ``jax.lax.custom_root``, not by
-unrolling the iterations.
+bisected.  The loop is a ``lax.while_loop`` with a static iteration budget and
+a tolerance -- no Python control flow on traced values.  The derivative of the
+root with respect to anything the function closes over is given by the
+implicit function theorem through ``jax.lax.custom_root``, not by unrolling
+the iterations.
 """
 
 from __future__ import annotations
@@ -14,37 +15,56 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["minimize_on_grid", "solve_decreasing"]
+__all__ = ["bracketed_newton", "minimize_on_grid", "solve_decreasing"]
 
 
-def solve_decreasing(f, lo, hi, *, iterations: int = 60):
+def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1e-14):
+    """Safeguarded Newton for a decreasing ``g`` with ``g(lo) >= 0 >= g(hi)``.
+
+    Returns ``(x, a, b)``: the last iterate and the final bracket ``[a, b]`` with
+    ``g(a) > 0 >= g(b)`` (as far as the iterations established it).
+    """
+
+    def cond(state):
+        i, _a, _b, _x, done = state
+        return (i < max_iterations) & ~done
+
+    def body(state):
+        i, a, b, x, _ = state
+        gx, dgx = jax.jvp(g, (x,), (jnp.ones_like(x),))
+        a = jnp.where(gx > 0, x, a)
+        b = jnp.where(gx > 0, b, x)
+        newton = x - gx / dgx
+        inside = jnp.isfinite(newton) & (newton >= a) & (newton <= b)
+        x_new = jnp.where(inside, newton, 0.5 * (a + b))
+        x_new = jnp.where(gx == 0, x, x_new)
+        tol = xtol * (1.0 + jnp.abs(x))
+        done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol)
+        return i + 1, a, b, x_new, done
+
+    state = (jnp.array(0), lo, hi, jnp.clip(x0, lo, hi), jnp.array(False))
+    _, a, b, x, _ = jax.lax.while_loop(cond, body, state)
+    return x, a, b
+
+
+def solve_decreasing(f, lo, hi, *, x0=None, max_iterations: int = 80):
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
 
-    Returns the point where the bracket closes; if ``f(lo) < 0`` the result is
-    ``lo`` and if ``f(hi) > 0`` it is ``hi`` (callers handle those cases).
+    Differentiable (implicit function theorem) in whatever ``f`` closes over.
+    If ``f(lo) < 0`` the result is ``lo``; if ``f(hi) > 0`` it is ``hi``.
     """
     lo = jax.lax.stop_gradient(lo)
     hi = jax.lax.stop_gradient(hi)
+    start = 0.5 * (lo + hi) if x0 is None else jax.lax.stop_gradient(x0)
 
-    def solve(g, x0):
-        def body(_, state):
-            a, b, x = state
-            gx, dgx = jax.jvp(g, (x,), (jnp.ones_like(x),))
-            a = jnp.where(gx > 0, x, a)
-            b = jnp.where(gx > 0, b, x)
-            newton = x - gx / dgx
-            inside = jnp.isfinite(newton) & (newton > a) & (newton < b)
-            x = jnp.where(inside, newton, 0.5 * (a + b))
-            return a, b, x
-
-        _a, _b, x = jax.lax.fori_loop(0, iterations, body, (lo, hi, x0))
+    def solve(g, x_init):
+        x, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations)
         return x
 
     def tangent_solve(g, y):
         return y / g(jnp.ones_like(y))
 
-    x0 = 0.5 * (lo + hi)
-    return jax.lax.custom_root(f, x0, solve, tangent_solve)
+    return jax.lax.custom_root(f, start, solve, tangent_solve)
 
 
 def minimize_on_grid(f, grid, *, refine_steps: int = 40):
