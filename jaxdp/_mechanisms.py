@@ -88,6 +88,7 @@ def _f64(x):
 
 _FLOAT64_METHODS = (
     "cgf",
+    "gaussian_mu2",
     "tilted_abs_moment",
     "privacy_loss",
     "sample_output",
@@ -132,6 +133,15 @@ class AbstractMechanism:
     def privacy_loss(self, x, direction: str = "remove"):
         """Privacy loss ``log P(x) / Q(x)`` at output ``x``."""
         raise NotImplementedError
+
+    def gaussian_mu2(self):
+        """``K_remove(1) = log E_Q[(P/Q)^2]`` in closed form.
+
+        For the Gaussian mechanism this is ``mu^2``; for every mechanism it is the
+        ``mu^2`` of the Gaussian pair with the same ``K(1)``, which the accountants
+        use only to start their root searches.
+        """
+        return self.cgf(1.0, "remove")
 
     def tilted_abs_moment(self, t, direction: str = "remove"):
         """``E|L_t - E L_t|^3`` of the privacy loss tilted by ``exp(t L)`` (real ``t``).
@@ -323,6 +333,12 @@ class _MixtureBase(AbstractMechanism):
         _check_direction(direction)
         lam = 1.0 + jnp.asarray(t) if direction == "remove" else -jnp.asarray(t)
         return rule_log_moment(lam, self._rule(lam))
+
+    def gaussian_mu2(self):
+        # E_Q[R^2] = sum_jk p_j p_k exp(b_j b_k) (integer order: no quadrature)
+        log_p, c, s = self.mixture()
+        b = c / s
+        return jax.nn.logsumexp(log_p[:, None] + log_p[None, :] + b[:, None] * b[None, :])
 
     def tilted_abs_moment(self, t, direction="remove"):
         # Under "remove", E_P[e^{tL} g(L)] = E_Q[R^{1+t} g(log R)]; under "add",
@@ -531,6 +547,12 @@ class Composition(AbstractMechanism):
         total = 0.0
         for m, n in zip(self.mechanisms, self.counts):
             total = total + _f64(n) * m.cgf(t, direction)
+        return total
+
+    def gaussian_mu2(self):
+        total = 0.0
+        for m, n in zip(self.mechanisms, self.counts):
+            total = total + _f64(n) * m.gaussian_mu2()
         return total
 
     def tilted_abs_moment(self, t, direction="remove"):

@@ -161,11 +161,18 @@ def rule_log_moment(lam, rule: MixtureRule):
     """``log E_Z[R(Z)^lam]`` on the nodes of ``rule``."""
     a = lam * rule.log_r
     log_m_big = logsumexp(a + rule.log_w)
-    # Near-one branch: M - 1 = E[R^lam - 1] without the rounding of 1 + x
-    # (the Gaussian weights integrate to one over the windows).
-    a_clip = jnp.where(jnp.real(a) > 600.0, 600.0 + 0.0 * a, a)
-    s = jnp.sum(jnp.expm1(a_clip) * jnp.exp(rule.log_w))
-    small = jnp.abs(s) < 0.25
+    # Near-one branch: M - 1 = E[R^lam - 1] without the rounding of 1 + x (the
+    # Gaussian weights integrate to one over the windows).  The branch is chosen
+    # from the log-space value, which is accurate in absolute terms everywhere;
+    # the clipping below only keeps the unused branch finite.
+    small = jnp.abs(log_m_big) < 0.125
+    w = jnp.exp(rule.log_w)
+    low = jnp.real(a) < 1.0
+    a_low = jnp.where(low, a, 0.0 * a)
+    a_high = jnp.where(low, 0.0 * a, a + rule.log_w)
+    a_high = jnp.where(jnp.real(a_high) > 700.0, 700.0 + 0.0 * a_high, a_high)
+    terms = jnp.where(low, jnp.expm1(a_low) * w, jnp.exp(a_high) - w)
+    s = jnp.sum(terms)
     log_m_small = jnp.log1p(jnp.where(small, s, 0.0))
     return jnp.where(small, log_m_small, log_m_big)
 

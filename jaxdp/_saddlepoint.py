@@ -93,6 +93,31 @@ def _k012(comp, direction, t):
     return k0, k1, k2
 
 
+def _mu2(comp):
+    return jax.lax.stop_gradient(jnp.maximum(comp.gaussian_mu2(), 1e-300))
+
+
+def _clip_log_t(u):
+    return jnp.clip(u, LOG_T_LO, LOG_T_HI)
+
+
+def _guess_log_t_for_epsilon(comp, epsilon):
+    """Saddle point of the Gaussian pair with the same ``K(1)`` (a starting point)."""
+    mu2 = _mu2(comp)
+    t = jnp.maximum(epsilon / mu2, 1.0)
+    for _ in range(4):  # Newton on mu2 (t + 1/2) - eps - 1/t - 1/(1+t), convex-increasing
+        f = mu2 * (t + 0.5) - epsilon - 1.0 / t - 1.0 / (1.0 + t)
+        df = mu2 + 1.0 / (t * t) + 1.0 / (1.0 + t) ** 2
+        t = jnp.maximum(t - f / df, 0.5 * t)
+    return _clip_log_t(jnp.log(t))
+
+
+def _guess_log_t_for_delta(comp, log_delta):
+    """For the Gaussian pair, t* ~ sqrt(2 log(1/delta)) / mu."""
+    mu2 = _mu2(comp)
+    return _clip_log_t(0.5 * jnp.log(2.0 * jnp.maximum(-log_delta, 1e-3) / mu2))
+
+
 def saddle_point(comp: Composition, direction: str, epsilon):
     """``t*`` solving ``K'(t) = eps + 1/t + 1/(1+t)`` (differentiable)."""
 
@@ -101,7 +126,8 @@ def saddle_point(comp: Composition, direction: str, epsilon):
         _, k1 = _k01(comp, direction, t)
         return -(k1 - epsilon - 1.0 / t - 1.0 / (1.0 + t))
 
-    return jnp.exp(solve_decreasing(h, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI)))
+    u0 = _guess_log_t_for_epsilon(comp, epsilon)
+    return jnp.exp(solve_decreasing(h, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI), x0=u0))
 
 
 def _log_deltas(k0, k1, k2, t, epsilon):
@@ -163,7 +189,8 @@ def _solve_epsilon(comp, direction, log_delta, certified: bool):
             log_d2 = jnp.logaddexp(log_d2, _log_bound(comp, direction, k0, k2, t, eps))
         return log_d2 - log_delta
 
-    u = solve_decreasing(g, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI))
+    u0 = _guess_log_t_for_delta(comp, log_delta)
+    u = solve_decreasing(g, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI), x0=u0)
     eps, *_ = _eps_along_curve(comp, direction, jnp.exp(u))
     if certified:
         eps = eps + EPS_MARGIN * (1.0 + jnp.abs(eps))

@@ -105,3 +105,25 @@ def test_second_derivative_is_finite_and_positive():
         m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
         k2 = jax.grad(jax.grad(lambda t: m.cgf(t)))(5.0)
     assert np.isfinite(float(k2)) and float(k2) > 0
+
+
+@pytest.mark.parametrize("t", [150.0, 212.9, 300.0, 1000.0])
+def test_far_component_is_not_lost_near_the_branch_switch(t):
+    """Regression: the near-one branch was once chosen when clipped terms hid a
+    dominant far-away mixture component (K came out 0.08 instead of 42.4)."""
+    sigma, q = 4.607074803735996, 0.008045332835106144
+    with x64():
+        got = float(jaxdp.PoissonSubsampledGaussian(sigma, q).cgf(t))
+    ref = float(mixture_cgf(t, sigma, [0, 1], [1 - mp.mpf(q), mp.mpf(q)]))
+    assert abs(got - ref) <= TOL * abs(ref)
+
+
+def test_cgf_derivatives_are_smooth_and_convex_along_t():
+    """K' increases and K'' stays positive through the regime change of the tilted law."""
+    with x64():
+        m = jaxdp.PoissonSubsampledGaussian(4.607074803735996, 0.008045332835106144)
+        ts = jnp.linspace(100.0, 400.0, 301)
+        k1 = jax.vmap(jax.grad(lambda t: m.cgf(t)))(ts)
+        k2 = jax.vmap(jax.grad(jax.grad(lambda t: m.cgf(t))))(ts)
+    assert np.all(np.diff(np.asarray(k1)) > 0)
+    assert np.all(np.asarray(k2) > 0)
