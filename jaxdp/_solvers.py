@@ -18,32 +18,38 @@ import jax.numpy as jnp
 __all__ = ["bracketed_newton", "minimize_on_grid", "solve_decreasing"]
 
 
-def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1e-14):
+def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1e-11):
     """Safeguarded Newton for a decreasing ``g`` with ``g(lo) >= 0 >= g(hi)``.
+
+    The safeguard is that of ``rtsafe`` (Numerical Recipes): the bracket is
+    bisected whenever the Newton step leaves it or fails to halve the step
+    before last, so far-off starting points cost a few bisections instead of
+    many short Newton steps.
 
     Returns ``(x, a, b)``: the last iterate and the final bracket ``[a, b]`` with
     ``g(a) > 0 >= g(b)`` (as far as the iterations established it).
     """
 
     def cond(state):
-        i, _a, _b, _x, done = state
+        i, _, _, _, _, done = state
         return (i < max_iterations) & ~done
 
     def body(state):
-        i, a, b, x, _ = state
+        i, a, b, x, dx_old, _ = state
         gx, dgx = jax.jvp(g, (x,), (jnp.ones_like(x),))
         a = jnp.where(gx > 0, x, a)
         b = jnp.where(gx > 0, b, x)
-        newton = x - gx / dgx
-        inside = jnp.isfinite(newton) & (newton >= a) & (newton <= b)
-        x_new = jnp.where(inside, newton, 0.5 * (a + b))
+        step = gx / dgx
+        newton = x - step
+        ok = jnp.isfinite(newton) & (newton >= a) & (newton <= b) & (2.0 * jnp.abs(step) <= jnp.abs(dx_old))
+        x_new = jnp.where(ok, newton, 0.5 * (a + b))
         x_new = jnp.where(gx == 0, x, x_new)
         tol = xtol * (1.0 + jnp.abs(x))
         done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol)
-        return i + 1, a, b, x_new, done
+        return i + 1, a, b, x_new, jnp.abs(x_new - x), done
 
-    state = (jnp.array(0), lo, hi, jnp.clip(x0, lo, hi), jnp.array(False))
-    _, a, b, x, _ = jax.lax.while_loop(cond, body, state)
+    state = (jnp.array(0), lo, hi, jnp.clip(x0, lo, hi), 2.0 * (hi - lo), jnp.array(False))
+    _, a, b, x, _, _ = jax.lax.while_loop(cond, body, state)
     return x, a, b
 
 
