@@ -121,6 +121,16 @@ def _run(args):
     seconds = time.perf_counter() - start
     if not math.isfinite(eps) or not math.isfinite(delta):
         raise ValueError("the accountant returned a non-finite value; check the arguments.")
+    upper = None
+    if info.companion is not None:
+        if args.command == "epsilon":
+            upper = float(
+                jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=args.steps, method=info.companion)
+            )
+        else:
+            upper = float(
+                jaxdp.delta_for_epsilon(mech, epsilon=args.epsilon, num_steps=args.steps, method=info.companion)
+            )
     record = {
         "epsilon": eps,
         "delta": delta,
@@ -133,6 +143,10 @@ def _run(args):
         "steps": args.steps,
         "adjacency": args.adjacency,
     }
+    if upper is not None:
+        record["estimate"] = eps if args.command == "epsilon" else delta
+        record["certified_upper"] = upper
+        record["certified_upper_method"] = info.companion
     if args.group_size is not None:
         record["group_size"] = args.group_size
     if args.json:
@@ -147,6 +161,9 @@ def _run(args):
         f"  delta   = {delta:.6g}\n"
         f"  method  = {info.name} ({kind}), {seconds:.3f} s"
     )
+    if upper is not None:
+        what = "epsilon" if args.command == "epsilon" else "delta"
+        text += f"\n  certified upper bound on {what} = {upper:.6g} ({info.companion})"
     return text, record
 
 
