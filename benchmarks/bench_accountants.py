@@ -28,7 +28,7 @@ import reference_values  # noqa: E402
 
 import jaxdp  # noqa: E402
 
-JAXDP_METHODS = ["rdp"]
+JAXDP_METHODS = ["rdp", "saddlepoint", "saddlepoint-certified"]
 
 
 def _time(fn, repeats):

@@ -1,0 +1,125 @@
+"""Speed and gradient targets of the saddle-point accountant (issue: saddle-point accountant).
+
+    python benchmarks/bench_saddlepoint.py [--out benchmarks/results/saddlepoint.md]
+
+Measures, on this machine, after compilation:
+* one epsilon(delta) query for 1e3 and 1e6 steps (cost independent of steps),
+* value-and-gradient versus value alone,
+* ``jax.vmap`` over 1,000 and 10,000 (sigma, q, steps) configurations (a realistic
+  DP-SGD grid: sigma in [0.5, 3], q in [1e-3, 0.1], steps in [100, 1e5], log-uniform),
+* gradients d eps / d sigma and d eps / d q against float64 central differences on the
+  reference settings,
+* the same single query with dp_accounting's PLD accountant and prv_accountant (ratios).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import statistics
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+sys.path.insert(0, HERE)
+
+import _peers  # noqa: E402
+import reference_values  # noqa: E402
+
+import jaxdp  # noqa: E402
+
+
+def _median_time(fn, repeats=20):
+    jax.block_until_ready(fn())
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def _eps(method, s, q, n, d):
+    return jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(s, q), delta=d, num_steps=n, method=method)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(HERE, "results", "saddlepoint.md"))
+    ap.add_argument("--no-peers", action="store_true")
+    a = ap.parse_args()
+    lines = ["# Saddle-point accountant: speed and gradients", "", "Machine: this project's 2-core CPU (no GPU).", ""]
+
+    lines += ["## One epsilon(delta) query (sigma=1, q=0.01, delta=1e-5), median after compilation", ""]
+    lines += ["| method | 1e3 steps | 1e6 steps | ratio 1e6/1e3 |", "|---|---|---|---|"]
+    single = {}
+    for method in ["saddlepoint", "saddlepoint-certified", "rdp"]:
+        t3 = _median_time(lambda m=method: _eps(m, 1.0, 0.01, 1000, 1e-5))
+        t6 = _median_time(lambda m=method: _eps(m, 1.0, 0.01, 1_000_000, 1e-5))
+        single[method] = t3
+        lines.append(f"| {method} | {t3 * 1e3:.2f} ms | {t6 * 1e3:.2f} ms | {t6 / t3:.2f} |")
+
+    with jax.enable_x64(True):
+        f = jax.jit(lambda s: _eps("saddlepoint", s, 0.01, 2000, 1e-5))
+        fg = jax.jit(jax.value_and_grad(lambda s: _eps("saddlepoint", s, 0.01, 2000, 1e-5)))
+        tv, tg = _median_time(lambda: f(1.0)), _median_time(lambda: fg(1.0))
+        ratio = tg / tv
+        lines += ["", f"Value {tv * 1e3:.2f} ms, value+gradient {tg * 1e3:.2f} ms: ratio {ratio:.2f} (target <= 3)", ""]
+
+        lines += ["## jax.vmap over configurations (realistic DP-SGD grid, delta = 1e-5)", ""]
+        lines += ["| configs | method | seconds | per config |", "|---|---|---|---|"]
+        rng = np.random.default_rng(0)
+        for n in [1000, 10000]:
+            sig = jnp.asarray(rng.uniform(0.5, 3.0, n))
+            q = jnp.asarray(np.exp(rng.uniform(np.log(1e-3), np.log(0.1), n)))
+            steps = jnp.asarray(np.round(np.exp(rng.uniform(np.log(100), np.log(1e5), n))))
+            for method in ["saddlepoint"]:
+                vf = jax.jit(jax.vmap(lambda s, qq, nn, m=method: _eps(m, s, qq, nn, 1e-5)))
+                dt = _median_time(functools.partial(vf, sig, q, steps), repeats=2)
+                lines.append(f"| {n} | {method} | {dt:.2f} | {dt / n * 1e6:.0f} us |")
+
+        lines += ["", "## Gradients against float64 central differences (reference epsilon rows)", ""]
+        lines += ["| case | steps | d eps/d sigma | rel. err | d eps/d q | rel. err |", "|---|---|---|---|---|---|"]
+        rows = [r for r in reference_values.ROWS if r["mechanism"] == "poisson_gaussian" and r["query"] == "epsilon"]
+        worst = 0.0
+        for r in rows:
+            def e(s, qq, r=r):
+                return _eps("saddlepoint", s, qq, r["steps"], r["delta"])
+
+            gs, gq = jax.grad(e, argnums=(0, 1))(r["sigma"], r["q"])
+            hs, hq = 1e-5 * r["sigma"], 1e-5 * r["q"]
+            fs = (float(e(r["sigma"] + hs, r["q"])) - float(e(r["sigma"] - hs, r["q"]))) / (2 * hs)
+            fq = (float(e(r["sigma"], r["q"] + hq)) - float(e(r["sigma"], r["q"] - hq))) / (2 * hq)
+            es, eq = abs(float(gs) - fs) / abs(fs), abs(float(gq) - fq) / abs(fq)
+            worst = max(worst, es, eq)
+            lines.append(f"| {r['case']} | {r['steps']} | {float(gs):.6g} | {es:.1e} | {float(gq):.6g} | {eq:.1e} |")
+        lines += ["", f"Worst relative gradient error: {worst:.1e} (target <= 1e-5).", ""]
+
+    if not a.no_peers:
+        lines += ["## Ratio to the peers on the same query (sigma=1, q=0.01, 1000 steps, delta=1e-5)", ""]
+        ref_eps = float(jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(1.0, 0.01), delta=1e-5,
+                                                num_steps=1000, method="saddlepoint"))
+        lines += ["| peer | epsilon | seconds | peer / jaxdp saddlepoint |", "|---|---|---|---|"]
+        for name, fn in [
+            ("dp_accounting PLD (1e-4)", lambda: _peers.dp_accounting_pld_epsilon(1.0, 0.01, 1000, 1e-5)),
+            ("prv_accountant (eps_error 1e-3)", lambda: _peers.prv_accountant_epsilon(1.0, 0.01, 1000, 1e-5)),
+        ]:
+            t0 = time.perf_counter()
+            v = fn()
+            dt = time.perf_counter() - t0
+            lines.append(f"| {name} | {v:.6g} | {dt:.3f} | {dt / single['saddlepoint']:.0f}x |")
+        lines.append(f"\njaxdp saddlepoint epsilon: {ref_eps:.6g}")
+    text = "\n".join(lines) + "\n"
+    with open(a.out, "w") as fh:
+        fh.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
