@@ -18,7 +18,7 @@ import jax.numpy as jnp
 __all__ = ["bracketed_newton", "minimize_on_grid", "solve_decreasing"]
 
 
-def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1e-11):
+def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1e-11, ftol: float = 0.0):
     """Safeguarded Newton for a decreasing ``g`` with ``g(lo) >= 0 >= g(hi)``.
 
     The safeguard is that of ``rtsafe`` (Numerical Recipes): the bracket is
@@ -26,8 +26,12 @@ def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1
     before last, so far-off starting points cost a few bisections instead of
     many short Newton steps.
 
-    Returns ``(x, a, b)``: the last iterate and the final bracket ``[a, b]`` with
-    ``g(a) > 0 >= g(b)`` (as far as the iterations established it).
+    Stops when the step or the bracket falls below ``xtol`` (relative) or
+    ``|g| <= ftol``.
+
+    Returns ``(x, a, b, iterations)``: the last iterate, the final bracket
+    ``[a, b]`` with ``g(a) > 0 >= g(b)`` (as far as the iterations established
+    it) and the number of iterations.
     """
 
     def cond(state):
@@ -43,17 +47,18 @@ def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1
         newton = x - step
         ok = jnp.isfinite(newton) & (newton >= a) & (newton <= b) & (2.0 * jnp.abs(step) <= jnp.abs(dx_old))
         x_new = jnp.where(ok, newton, 0.5 * (a + b))
-        x_new = jnp.where(gx == 0, x, x_new)
+        converged = jnp.abs(gx) <= ftol
+        x_new = jnp.where(converged, x, x_new)
         tol = xtol * (1.0 + jnp.abs(x))
-        done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol)
+        done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol) | converged
         return i + 1, a, b, x_new, jnp.abs(x_new - x), done
 
     state = (jnp.array(0), lo, hi, jnp.clip(x0, lo, hi), 2.0 * (hi - lo), jnp.array(False))
-    _, a, b, x, _, _ = jax.lax.while_loop(cond, body, state)
-    return x, a, b
+    i, a, b, x, _, _ = jax.lax.while_loop(cond, body, state)
+    return x, a, b, i
 
 
-def solve_decreasing(f, lo, hi, *, x0=None, max_iterations: int = 80):
+def solve_decreasing(f, lo, hi, *, x0=None, max_iterations: int = 80, ftol: float = 0.0):
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
 
     Differentiable (implicit function theorem) in whatever ``f`` closes over.
@@ -64,7 +69,7 @@ def solve_decreasing(f, lo, hi, *, x0=None, max_iterations: int = 80):
     start = 0.5 * (lo + hi) if x0 is None else jax.lax.stop_gradient(x0)
 
     def solve(g, x_init):
-        x, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations)
+        x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, ftol=ftol)
         return x
 
     def tangent_solve(g, y):
