@@ -190,7 +190,7 @@ def _solve_epsilon(comp, direction, log_delta, certified: bool):
         return log_d2 - log_delta
 
     u0 = _guess_log_t_for_delta(comp, log_delta)
-    u = solve_decreasing(g, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI), x0=u0)
+    u = solve_decreasing(g, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI), x0=u0, max_jump=2.0)
     eps, *_ = _eps_along_curve(comp, direction, jnp.exp(u))
     if certified:
         eps = eps + EPS_MARGIN * (1.0 + jnp.abs(eps))

@@ -18,7 +18,17 @@ import jax.numpy as jnp
 __all__ = ["bracketed_newton", "minimize_on_grid", "solve_decreasing"]
 
 
-def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1e-11, ftol: float = 0.0):
+def bracketed_newton(
+    g,
+    lo,
+    hi,
+    x0,
+    *,
+    max_iterations: int = 80,
+    xtol: float = 1e-11,
+    ftol: float = 0.0,
+    max_jump: float = jnp.inf,
+):
     """Safeguarded Newton for a decreasing ``g`` with ``g(lo) >= 0 >= g(hi)``.
 
     The safeguard is that of ``rtsafe`` (Numerical Recipes): the bracket is
@@ -27,7 +37,9 @@ def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1
     many short Newton steps.
 
     Stops when the step or the bracket falls below ``xtol`` (relative) or
-    ``|g| <= ftol``.
+    ``|g| <= ftol``.  ``max_jump`` caps the distance of a bisection step from the
+    current iterate (useful when the initial bracket is much wider than the
+    error of the starting point).
 
     Returns ``(x, a, b, iterations)``: the last iterate, the final bracket
     ``[a, b]`` with ``g(a) > 0 >= g(b)`` (as far as the iterations established
@@ -46,7 +58,8 @@ def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1
         step = gx / dgx
         newton = x - step
         ok = jnp.isfinite(newton) & (newton >= a) & (newton <= b) & (2.0 * jnp.abs(step) <= jnp.abs(dx_old))
-        x_new = jnp.where(ok, newton, 0.5 * (a + b))
+        mid = jnp.clip(0.5 * (a + b), x - max_jump, x + max_jump)
+        x_new = jnp.where(ok, newton, mid)
         converged = jnp.abs(gx) <= ftol
         x_new = jnp.where(converged, x, x_new)
         tol = xtol * (1.0 + jnp.abs(x))
@@ -58,7 +71,16 @@ def bracketed_newton(g, lo, hi, x0, *, max_iterations: int = 80, xtol: float = 1
     return x, a, b, i
 
 
-def solve_decreasing(f, lo, hi, *, x0=None, max_iterations: int = 80, ftol: float = 0.0):
+def solve_decreasing(
+    f,
+    lo,
+    hi,
+    *,
+    x0=None,
+    max_iterations: int = 80,
+    ftol: float = 0.0,
+    max_jump: float = jnp.inf,
+):
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
 
     Differentiable (implicit function theorem) in whatever ``f`` closes over.
@@ -69,7 +91,7 @@ def solve_decreasing(f, lo, hi, *, x0=None, max_iterations: int = 80, ftol: floa
     start = 0.5 * (lo + hi) if x0 is None else jax.lax.stop_gradient(x0)
 
     def solve(g, x_init):
-        x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, ftol=ftol)
+        x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, ftol=ftol, max_jump=max_jump)
         return x
 
     def tangent_solve(g, y):
