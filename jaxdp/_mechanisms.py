@@ -542,26 +542,24 @@ class Composition(AbstractMechanism):
         """The composition repeated ``factor`` times."""
         return _unchecked_composition(self.mechanisms, tuple(n * factor for n in self.counts))
 
-    def cgf(self, t, direction="remove"):
-        _check_direction(direction)
+    def _count_weighted(self, per_mechanism):
+        """``sum_i counts[i] * per_mechanism(mechanisms[i])`` (composition adds CGFs)."""
         total = 0.0
         for m, n in zip(self.mechanisms, self.counts):
-            total = total + _f64(n) * m.cgf(t, direction)
+            total = total + _f64(n) * per_mechanism(m)
         return total
 
+    def cgf(self, t, direction="remove"):
+        _check_direction(direction)
+        return self._count_weighted(lambda m: m.cgf(t, direction))
+
     def gaussian_mu2(self):
-        total = 0.0
-        for m, n in zip(self.mechanisms, self.counts):
-            total = total + _f64(n) * m.gaussian_mu2()
-        return total
+        return self._count_weighted(lambda m: m.gaussian_mu2())
 
     def tilted_abs_moment(self, t, direction="remove"):
         """Sum over steps of the per-step tilted third absolute central moments."""
         _check_direction(direction)
-        total = 0.0
-        for m, n in zip(self.mechanisms, self.counts):
-            total = total + _f64(n) * m.tilted_abs_moment(t, direction)
-        return total
+        return self._count_weighted(lambda m: m.tilted_abs_moment(t, direction))
 
     def privacy_loss(self, x, direction="remove"):
         """Privacy loss of a tuple ``x`` of per-part outputs, each of shape ``(count, ...)``."""
