@@ -46,6 +46,7 @@ against mpmath in ``tests/test_quadrature.py``):
 
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -128,8 +129,10 @@ def _nodes(lr, log_p, b, nodes_per_window, half_width):
     n = (k + 2) * nodes_per_window
     h = total / n
     u = (jnp.arange(n, dtype=jnp.float64) + 0.5) * h
-    idx = jnp.minimum(jnp.sum(u[:, None] >= ends[None, :], axis=1), k + 1)
-    z = centres[idx] + half_width - (ends[idx] - u)
+    # segment j covers u in [ends[j-1], ends[j]) and maps to z = centres[j] + W - (ends[j] - u)
+    z = centres[0] + half_width - (ends[0] - u)
+    for j in range(1, k + 2):
+        z = jnp.where(u >= ends[j - 1], centres[j] + half_width - (ends[j] - u), z)
     return z, jnp.log(h)
 
 
@@ -161,11 +164,15 @@ def mixture_rule(
     z, log_h = _nodes(lr, jax.lax.stop_gradient(log_p), jax.lax.stop_gradient(b), nodes_per_window, half_width)
     z = jax.lax.stop_gradient(z)
     log_w = jax.lax.stop_gradient(log_h - 0.5 * z * z - 0.5 * LOG_2PI)
-    log_r = _log_ratio(z, log_p, b)
+    # Loops over the (few, static) components keep every intermediate of shape (N,).
+    xs = [b[j] * z - 0.5 * b[j] * b[j] for j in range(b.shape[0])]
+    terms = [log_p[j] + xs[j] for j in range(b.shape[0])]
+    m = jax.lax.stop_gradient(functools.reduce(jnp.maximum, terms))
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    log_r = m + jnp.log(sum(jnp.exp(tj - m) for tj in terms))
     # log R = log1p(sum_j p_j expm1(b_j z - b_j^2/2)) (the p_j sum to 1) keeps the
     # relative accuracy of R - 1 when R is close to one.
-    x = jnp.minimum(b * z[:, None] - 0.5 * b * b, 50.0)
-    r_minus_1 = jnp.sum(jnp.exp(log_p) * jnp.expm1(x), axis=-1)
+    r_minus_1 = sum(jnp.exp(log_p[j]) * jnp.expm1(jnp.minimum(xs[j], 50.0)) for j in range(b.shape[0]))
     small_r = jnp.abs(r_minus_1) < 0.5
     log_r = jnp.where(small_r, jnp.log1p(jnp.where(small_r, r_minus_1, 0.0)), log_r)
     return MixtureRule(z, log_w, log_r)
