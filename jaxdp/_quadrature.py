@@ -66,18 +66,21 @@ __all__ = [
 
 NODES_PER_WINDOW = 64
 HALF_WIDTH = 20.0
-_SCAN_POINTS = 33
+_SCAN_POINTS = 17
 _MM_STEPS = 8
 _BISECTION_STEPS = 12
 
 
 def _log_ratio(z, log_p, b):
     """``log R(z)`` for an array ``z`` (shape ``(N,)``) -> shape ``(N,)``."""
-    return jax.nn.logsumexp(log_p + b * z[:, None] - 0.5 * b * b, axis=-1)
+    terms = [log_p[j] + b[j] * z - 0.5 * b[j] * b[j] for j in range(b.shape[0])]
+    m = functools.reduce(jnp.maximum, terms)
+    m = jnp.where(jnp.isfinite(m), m, 0.0)
+    return m + jnp.log(sum(jnp.exp(tj - m) for tj in terms))
 
 
 def _weights_mean(z, log_p, b):
-    """Posterior mean of ``b`` under weights ``p_j exp(b_j z - b_j^2/2)``."""
+    """Posterior mean of ``b`` under weights ``p_j exp(b_j z - b_j^2/2)`` (scalar ``z``)."""
     w = jax.nn.softmax(log_p + b * z - 0.5 * b * b)
     return jnp.sum(w * b)
 
