@@ -35,7 +35,13 @@ import numpy as np
 from jaxdp import _validate
 from jaxdp._numerics import float64_scope
 from jaxdp._pytree import pytree_dataclass
-from jaxdp._quadrature import mixture_rule, rule_log_moment, rule_tilted_abs_moment
+from jaxdp._quadrature import (
+    NODES_PER_WINDOW,
+    NODES_PER_WINDOW_POSITIVE,
+    mixture_rule,
+    rule_log_moment,
+    rule_tilted_abs_moment,
+)
 
 __all__ = [
     "AbstractMechanism",
@@ -325,14 +331,17 @@ class _MixtureBase(AbstractMechanism):
         """Returns ``(log_p, c, sigma)`` as float64 arrays."""
         raise NotImplementedError
 
-    def _rule(self, lam):
+    def _rule(self, lam, direction):
+        # remove: lam = 1 + t, positive for t > -1 (every accountant uses t > 0), where
+        # the integrand's features are at least unit-wide and fewer nodes suffice.
         log_p, c, s = self.mixture()
-        return mixture_rule(jnp.real(lam), log_p, c / s)
+        nodes = NODES_PER_WINDOW_POSITIVE if direction == "remove" else NODES_PER_WINDOW
+        return mixture_rule(jnp.real(lam), log_p, c / s, nodes_per_window=nodes)
 
     def cgf(self, t, direction="remove"):
         _check_direction(direction)
         lam = 1.0 + jnp.asarray(t) if direction == "remove" else -jnp.asarray(t)
-        return rule_log_moment(lam, self._rule(lam))
+        return rule_log_moment(lam, self._rule(lam, direction))
 
     def gaussian_mu2(self):
         # E_Q[R^2] = sum_jk p_j p_k exp(b_j b_k) (integer order: no quadrature)
@@ -346,7 +355,7 @@ class _MixtureBase(AbstractMechanism):
         _check_direction(direction)
         t = jnp.asarray(t)
         lam, sign = (1.0 + t, 1.0) if direction == "remove" else (-t, -1.0)
-        return rule_tilted_abs_moment(lam, sign, self._rule(lam))
+        return rule_tilted_abs_moment(lam, sign, self._rule(lam, direction))
 
     def _log_ratio(self, x):
         log_p, c, s = self.mixture()
