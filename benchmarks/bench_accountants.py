@@ -70,6 +70,31 @@ def run(repeats, with_prv, methods):
     return results
 
 
+def jaxdp_delta(method, sigma, q, steps, epsilon):
+    m = jaxdp.Gaussian(sigma) if q >= 1 else jaxdp.PoissonSubsampledGaussian(sigma, q)
+    return float(jaxdp.delta_for_epsilon(m, epsilon=epsilon, num_steps=steps, method=method))
+
+
+def delta_rows_markdown(methods):
+    """delta(eps) on every delta row; peer values are the ones stored in the reference table."""
+    rows = [r for r in reference_values.ROWS if r["query"] == "delta"]
+    head = "| case | steps | eps | reference delta | " + " | ".join(f"jaxdp-{m} (rel. err)" for m in methods)
+    head += " | dp_accounting PLD (stored) | prv_accountant (stored) |"
+    sep = "|---|---|---|---|" + "---|" * (len(methods) + 2)
+    lines = ["", "## delta(eps) on the reference delta rows", "", head, sep]
+    for r in rows:
+        cells = []
+        for m in methods:
+            v = jaxdp_delta(m, r["sigma"], r["q"], r["steps"], r["epsilon"])
+            cells.append(f"{v:.6g} ({(v - r['delta']) / r['delta']:+.1e})")
+        for peer in ["dp_accounting_pld", "prv_accountant"]:
+            v = r.get(peer)
+            cells.append("-" if v is None else f"{v:.6g} ({(v - r['delta']) / r['delta']:+.1e})")
+        first = f"| {r['case']} | {r['steps']} | {r['epsilon']:g} | {r['delta']:.6g} | "
+        lines.append(first + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def to_markdown(results, repeats):
     names = list(results[0]["acc"])
     lines = [
@@ -109,7 +134,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "foundation.md"))
     a = ap.parse_args()
     results = run(a.repeats, not a.no_prv, a.methods)
-    text = to_markdown(results, a.repeats)
+    text = to_markdown(results, a.repeats) + delta_rows_markdown([m for m in a.methods if m != "exact"])
     with open(a.out, "w") as f:
         f.write(text)
     print(text)
