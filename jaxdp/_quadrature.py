@@ -79,8 +79,9 @@ _BISECTION_STEPS = 12
 
 def _log_ratio(z, log_p, b):
     """``log R(z)`` for an array ``z`` (shape ``(N,)``) -> shape ``(N,)``."""
+    # Loops over the (few, static) components keep every intermediate of shape (N,).
     terms = [log_p[j] + b[j] * z - 0.5 * b[j] * b[j] for j in range(b.shape[0])]
-    m = functools.reduce(jnp.maximum, terms)
+    m = jax.lax.stop_gradient(functools.reduce(jnp.maximum, terms))
     m = jnp.where(jnp.isfinite(m), m, 0.0)
     return m + jnp.log(sum(jnp.exp(tj - m) for tj in terms))
 
@@ -173,15 +174,12 @@ def mixture_rule(
     z, log_h = _nodes(lr, jax.lax.stop_gradient(log_p), jax.lax.stop_gradient(b), nodes_per_window, half_width)
     z = jax.lax.stop_gradient(z)
     log_w = jax.lax.stop_gradient(log_h - 0.5 * z * z - 0.5 * LOG_2PI)
-    # Loops over the (few, static) components keep every intermediate of shape (N,).
-    xs = [b[j] * z - 0.5 * b[j] * b[j] for j in range(b.shape[0])]
-    terms = [log_p[j] + xs[j] for j in range(b.shape[0])]
-    m = jax.lax.stop_gradient(functools.reduce(jnp.maximum, terms))
-    m = jnp.where(jnp.isfinite(m), m, 0.0)
-    log_r = m + jnp.log(sum(jnp.exp(tj - m) for tj in terms))
+    log_r = _log_ratio(z, log_p, b)
     # log R = log1p(sum_j p_j expm1(b_j z - b_j^2/2)) (the p_j sum to 1) keeps the
     # relative accuracy of R - 1 when R is close to one.
-    r_minus_1 = sum(jnp.exp(log_p[j]) * jnp.expm1(jnp.minimum(xs[j], 50.0)) for j in range(b.shape[0]))
+    r_minus_1 = sum(
+        jnp.exp(log_p[j]) * jnp.expm1(jnp.minimum(b[j] * z - 0.5 * b[j] * b[j], 50.0)) for j in range(b.shape[0])
+    )
     small_r = jnp.abs(r_minus_1) < 0.5
     log_r = jnp.where(small_r, jnp.log1p(jnp.where(small_r, r_minus_1, 0.0)), log_r)
     return MixtureRule(z, log_w, log_r)

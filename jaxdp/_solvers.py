@@ -26,7 +26,6 @@ def bracketed_newton(
     *,
     max_iterations: int = 80,
     xtol: float = 1e-11,
-    ftol: float = 0.0,
     max_jump: float = jnp.inf,
 ):
     """Safeguarded Newton for a decreasing ``g`` with ``g(lo) >= 0 >= g(hi)``.
@@ -37,7 +36,7 @@ def bracketed_newton(
     many short Newton steps.
 
     Stops when the step or the bracket falls below ``xtol`` (relative) or
-    ``|g| <= ftol``.  ``max_jump`` caps the distance of a bisection step from the
+    ``g == 0``.  ``max_jump`` caps the distance of a bisection step from the
     current iterate (useful when the initial bracket is much wider than the
     error of the starting point).
 
@@ -60,7 +59,7 @@ def bracketed_newton(
         ok = jnp.isfinite(newton) & (newton >= a) & (newton <= b) & (2.0 * jnp.abs(step) <= jnp.abs(dx_old))
         mid = jnp.clip(0.5 * (a + b), x - max_jump, x + max_jump)
         x_new = jnp.where(ok, newton, mid)
-        converged = jnp.abs(gx) <= ftol
+        converged = gx == 0
         x_new = jnp.where(converged, x, x_new)
         tol = xtol * (1.0 + jnp.abs(x))
         done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol) | converged
@@ -78,7 +77,6 @@ def solve_decreasing(
     *,
     x0=None,
     max_iterations: int = 80,
-    ftol: float = 0.0,
     max_jump: float = jnp.inf,
 ):
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
@@ -91,7 +89,7 @@ def solve_decreasing(
     start = 0.5 * (lo + hi) if x0 is None else jax.lax.stop_gradient(x0)
 
     def solve(g, x_init):
-        x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, ftol=ftol, max_jump=max_jump)
+        x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, max_jump=max_jump)
         return x
 
     def tangent_solve(g, y):
