@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _exact, _rdp, _saddlepoint, _validate
+from jaxdp import _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _validate
 from jaxdp._mechanisms import Composition, as_composition
 from jaxdp._numerics import float64_scope, to_f64
 
@@ -124,6 +124,27 @@ register_method(
         description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
         log_delta=_saddlepoint.log_delta_saddlepoint_upper,
         epsilon=_saddlepoint.epsilon_saddlepoint_upper,
+    )
+)
+
+
+register_method(
+    MethodInfo(
+        "characteristic",
+        certified=False,
+        description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
+        log_delta=_characteristic.log_delta_characteristic,
+        epsilon=_characteristic.epsilon_characteristic,
+        companion="saddlepoint-certified",
+    )
+)
+register_method(
+    MethodInfo(
+        "characteristic-real",
+        certified=False,
+        description="real-axis (Gil-Pelaez) inversion; baseline, loses all digits below delta ~ 1e-10",
+        log_delta=_gil_pelaez.log_delta_gil_pelaez,
+        epsilon=_gil_pelaez.epsilon_gil_pelaez,
     )
 )
 
