@@ -62,7 +62,6 @@ import jax.numpy as jnp
 from jaxdp import _saddlepoint
 from jaxdp._mechanisms import Composition, _MixtureBase
 from jaxdp._nufft import nufft1
-from jaxdp._numerics import logsumexp
 from jaxdp._quadrature import mixture_rule
 from jaxdp._solvers import solve_decreasing
 
