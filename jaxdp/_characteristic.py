@@ -332,6 +332,7 @@ def epsilon_characteristic(comp, direction, log_delta):
     # to tens of percent) the starting point of the search
     fallback = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
     eps0 = jax.lax.stop_gradient(fallback)
+
     # Pass 1: contour at that start, searched on a wide bracket (the saddle point can be off
     # by tens of percent when few steps sample the record).  Pass 2: the contour
     # re-centred at that root, searched near it.  (A scan keeps one traced copy of a pass.)

@@ -81,3 +81,12 @@ def test_console_entry_point_runs():
         capture_output=True, text=True, check=True,
     )
     assert KEYS <= set(json.loads(out.stdout))
+
+
+def test_characteristic_json_reports_the_certified_companion(capsys):
+    argv = "epsilon --sigma 0.65 --q 0.01 --steps 2000 --delta 1e-5 --method characteristic --json"
+    out = _json(capsys, argv.split())
+    assert out["method"] == "characteristic" and out["certified"] is False
+    # reference oracle: 7.750759 (tests/reference_values.py)
+    assert out["epsilon"] == pytest.approx(7.750759124755859, rel=1e-4)
+    assert out["certified_upper"] >= out["epsilon"]
