@@ -29,26 +29,10 @@ sys.path.insert(0, HERE)
 
 import _peers  # noqa: E402
 import reference_values  # noqa: E402
+from _helpers import mechanism_for_row  # noqa: E402
+from _timing import median_time  # noqa: E402
 
 import jaxdp  # noqa: E402
-
-
-def _mech(row):
-    if row["mechanism"] == "gaussian":
-        return jaxdp.Gaussian(row["sigma"])
-    if row["mechanism"] == "poisson_gaussian":
-        return jaxdp.PoissonSubsampledGaussian(row["sigma"], row["q"])
-    return jaxdp.MixtureOfGaussians.poisson_group(row["sigma"], row["q"], row["group_size"])
-
-
-def _median_time(fn, repeats=10):
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _timed(fn):
@@ -79,7 +63,7 @@ def delta_rows(lines):
     ]
     worst = 0.0
     for r in [r for r in reference_values.ROWS if r["query"] == "delta"]:
-        m = _mech(r)
+        m = mechanism_for_row(r)
         cf = float(jaxdp.delta_for_epsilon(m, epsilon=r["epsilon"], num_steps=r["steps"], method="characteristic"))
         real = float(
             jaxdp.delta_for_epsilon(m, epsilon=r["epsilon"], num_steps=r["steps"], method="characteristic-real")
@@ -112,14 +96,14 @@ def epsilon_rows(lines, peers):
     ]
     worst, ratios_pld, ratios_prv, times = 0.0, [], [], []
     for r in [r for r in reference_values.ROWS if r["query"] == "epsilon"]:
-        m = _mech(r)
+        m = mechanism_for_row(r)
 
         def query(m=m, r=r, method="characteristic"):
             return jaxdp.epsilon_for_delta(m, delta=r["delta"], num_steps=r["steps"], method=method)
 
         cf = float(query())
         real = float(query(method="characteristic-real"))
-        t = _median_time(query)
+        t = median_time(query, repeats=10)
         times.append(t)
         worst = max(worst, abs(cf - r["epsilon"]) / r["epsilon"])
         pld = prv = None

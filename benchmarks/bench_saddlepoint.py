@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import sys
 import time
 
@@ -31,18 +30,9 @@ sys.path.insert(0, HERE)
 
 import _peers  # noqa: E402
 import reference_values  # noqa: E402
+from _timing import median_time  # noqa: E402
 
 import jaxdp  # noqa: E402
-
-
-def _median_time(fn, repeats=20):
-    jax.block_until_ready(fn())
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def _eps(method, s, q, n, d):
@@ -60,15 +50,15 @@ def main():
     lines += ["| method | 1e3 steps | 1e6 steps | ratio 1e6/1e3 |", "|---|---|---|---|"]
     single = {}
     for method in ["saddlepoint", "saddlepoint-certified", "rdp"]:
-        t3 = _median_time(lambda m=method: _eps(m, 1.0, 0.01, 1000, 1e-5))
-        t6 = _median_time(lambda m=method: _eps(m, 1.0, 0.01, 1_000_000, 1e-5))
+        t3 = median_time(lambda m=method: _eps(m, 1.0, 0.01, 1000, 1e-5))
+        t6 = median_time(lambda m=method: _eps(m, 1.0, 0.01, 1_000_000, 1e-5))
         single[method] = t3
         lines.append(f"| {method} | {t3 * 1e3:.2f} ms | {t6 * 1e3:.2f} ms | {t6 / t3:.2f} |")
 
     with jax.enable_x64(True):
         f = jax.jit(lambda s: _eps("saddlepoint", s, 0.01, 2000, 1e-5))
         fg = jax.jit(jax.value_and_grad(lambda s: _eps("saddlepoint", s, 0.01, 2000, 1e-5)))
-        tv, tg = _median_time(lambda: f(1.0)), _median_time(lambda: fg(1.0))
+        tv, tg = median_time(lambda: f(1.0)), median_time(lambda: fg(1.0))
         ratio = tg / tv
         lines += ["", f"Value {tv * 1e3:.2f} ms, value+gradient {tg * 1e3:.2f} ms: ratio {ratio:.2f} (target <= 3)", ""]
 
@@ -87,13 +77,13 @@ def main():
             steps = jnp.asarray(np.round(np.exp(rng.uniform(np.log(100), np.log(1e5), n))))
             for method in ["saddlepoint"]:
                 vf = jax.jit(jax.vmap(lambda s, qq, nn, m=method: _eps(m, s, qq, nn, 1e-5)))
-                dt = _median_time(functools.partial(vf, sig, q, steps), repeats=2)
+                dt = median_time(functools.partial(vf, sig, q, steps), repeats=2)
                 lines.append(f"| {n} | {method}, jax.vmap | {dt:.2f} | {dt / n * 1e6:.0f} us |")
                 xs = jnp.stack([sig, q, steps], axis=1)
                 mf = jax.jit(
                     lambda xs, m=method: jax.lax.map(lambda a: _eps(m, a[0], a[1], a[2], 1e-5), xs, batch_size=500)
                 )
-                dt = _median_time(functools.partial(mf, xs), repeats=2)
+                dt = median_time(functools.partial(mf, xs), repeats=2)
                 lines.append(f"| {n} | {method}, jax.lax.map(batch_size=500) | {dt:.2f} | {dt / n * 1e6:.0f} us |")
 
         lines += ["", "## Gradients against float64 central differences (reference epsilon rows)", ""]

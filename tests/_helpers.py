@@ -30,3 +30,14 @@ def complex_log_close(got, ref, rtol):
     d = complex(got) - complex(ref)
     imag = (d.imag + math.pi) % (2 * math.pi) - math.pi
     return math.hypot(d.real, imag) <= rtol * abs(complex(ref))
+
+
+def mechanism_for_row(row):
+    """The jaxdp mechanism of a reference-table row (``tests/reference_values.py``)."""
+    import jaxdp
+
+    if row["mechanism"] == "gaussian":
+        return jaxdp.Gaussian(row["sigma"])
+    if row["mechanism"] == "poisson_gaussian":
+        return jaxdp.PoissonSubsampledGaussian(row["sigma"], row["q"])
+    return jaxdp.MixtureOfGaussians.poisson_group(row["sigma"], row["q"], row["group_size"])

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference_values as ref
-from _helpers import central_difference, x64
+from _helpers import central_difference, mechanism_for_row, x64
 from conformance import AccountantConformance
 
 import jaxdp
@@ -24,14 +24,6 @@ class TestCharacteristicConformance(AccountantConformance):
     grad_rtol = 1e-5
     # the contour moves with the first root; its quadrature error (~1e-11) shows up between compilations
     jit_rtol = 1e-9
-
-
-def _mech(row):
-    if row["mechanism"] == "gaussian":
-        return jaxdp.Gaussian(row["sigma"])
-    if row["mechanism"] == "poisson_gaussian":
-        return jaxdp.PoissonSubsampledGaussian(row["sigma"], row["q"])
-    return jaxdp.MixtureOfGaussians.poisson_group(row["sigma"], row["q"], row["group_size"])
 
 
 DELTA_ROWS = [r for r in ref.ROWS if r["query"] == "delta"]
@@ -92,9 +84,8 @@ def test_laplace_composition_is_bracketed_by_dp_accounting_pld():
 @pytest.mark.parametrize("row", DELTA_ROWS, ids=lambda r: f"{r['case']}-eps{r['epsilon']}")
 def test_reference_delta_rows(row):
     """Target 1e-3 relative; the reference itself is good to ~1e-5 (1e-4 below 1e-12)."""
-    got = float(
-        jaxdp.delta_for_epsilon(_mech(row), epsilon=row["epsilon"], num_steps=row["steps"], method="characteristic")
-    )
+    m = mechanism_for_row(row)
+    got = float(jaxdp.delta_for_epsilon(m, epsilon=row["epsilon"], num_steps=row["steps"], method="characteristic"))
     assert got == pytest.approx(row["delta"], rel=1e-4)
 
 
@@ -116,9 +107,8 @@ EPS_ROW_PARAMS = list(map(_slow_unless(_fast_row), EPS_ROWS))
 @pytest.mark.parametrize("row", EPS_ROW_PARAMS, ids=lambda r: f"{r['case']}-{r.get('group_size', 1)}-{r['steps']}")
 def test_reference_epsilon_rows(row):
     """Target 1e-4 relative, including the delta = 1e-13 rows (reference solved to 1e-5 / 1e-4 absolute)."""
-    got = float(
-        jaxdp.epsilon_for_delta(_mech(row), delta=row["delta"], num_steps=row["steps"], method="characteristic")
-    )
+    m = mechanism_for_row(row)
+    got = float(jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="characteristic"))
     assert got == pytest.approx(row["epsilon"], rel=1e-4)
 
 
