@@ -239,3 +239,18 @@ def test_vmap_over_epsilon_matches_loop():
             float(jaxdp.delta_for_epsilon(m, epsilon=float(e), num_steps=500, method="characteristic")) for e in eps
         ]
     np.testing.assert_allclose(np.asarray(batched), looped, rtol=1e-12)
+
+
+@pytest.mark.parametrize("sigma,q,steps", [(1.0, 1e-3, 1), (1.0, 1e-4, 30), (2.0, 1e-3, 5)])
+def test_unresolvable_spike_is_flagged_and_answered_conservatively(sigma, q, steps):
+    """Few steps with a tiny q: the contour cannot resolve the law; the answer must stay above the truth."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    m = jaxdp.PoissonSubsampledGaussian(sigma, q)
+    delta = 1e-6
+    truth = pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=1e-5)
+    truth = truth.self_compose(steps).get_epsilon_for_delta(delta)
+    got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="characteristic"))
+    assert got >= truth * (1 - 1e-4)
+    r = _terms(m, steps, truth, direction="remove")
+    assert not bool(r.reliable)
