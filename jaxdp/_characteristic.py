@@ -166,6 +166,24 @@ def _mixture_nodes(mech: _MixtureBase, direction: str, t) -> _MixtureNodes:
     return _MixtureNodes(ell - mean, mean, log_c, s_res)
 
 
+def _line_nodes(comp: Composition, direction: str, t):
+    """Per-mechanism nodes (``None`` where the CGF has a closed form) and the smallest ``s_res``."""
+    nodes = [_mixture_nodes(m, direction, t) if isinstance(m, _MixtureBase) else None for m in comp.mechanisms]
+    s_res = jnp.inf
+    for nd in nodes:
+        if nd is not None:
+            s_res = jnp.minimum(s_res, nd.s_res)
+    return nodes, s_res
+
+
+def _composed_log_phi(comp: Composition, direction: str, t, nodes, ds):
+    """``sum_i n_i log E_t[exp(i s L_i)]`` at ``s = k ds`` (composition adds the per-step terms)."""
+    log_phi = 0.0
+    for m, n, nd in zip(comp.mechanisms, comp.counts, nodes):
+        log_phi = log_phi + jnp.asarray(n, jnp.float64) * _tilted_log_phi(m, direction, t, nd, ds)
+    return log_phi
+
+
 def _tilted_log_phi(mech, direction, t, nodes, ds):
     """``log E_t[exp(i s L)]`` at ``s = k ds``, ``k < NUM_NODES`` (tilt ``exp(t L)``)."""
     s = ds * jnp.arange(NUM_NODES, dtype=jnp.float64)
@@ -219,25 +237,16 @@ def _log_alias_bound(t, eps, period, a, k_ta):
 def _build_contour(comp: Composition, direction: str, eps, t) -> _Contour:
     t = jax.lax.stop_gradient(t)
     sg_comp = jax.lax.stop_gradient(comp)
-    k_t = comp.cgf(t, direction)
-    k_sg = jax.lax.stop_gradient(k_t)
-    _, k1, k2 = _saddlepoint._k012(sg_comp, direction, t)
+    k_t, k1, k2 = _saddlepoint._k012(comp, direction, t)  # only K(t) keeps its gradient
+    k_sg, k1, k2 = jax.lax.stop_gradient((k_t, k1, k2))
     log_d2, _ = _saddlepoint._log_deltas(k_sg, k1, k2, t, eps)
     log_d2 = jnp.where(jnp.isfinite(log_d2), log_d2, k_sg - t * eps)
     a, k_ta = _chernoff_cgfs(sg_comp, direction, t)
     period = _period(t, eps, a, k_ta, log_d2)
 
-    nodes = [_mixture_nodes(m, direction, t) if isinstance(m, _MixtureBase) else None for m in comp.mechanisms]
-    s_res = jnp.inf
-    for nd in nodes:
-        if nd is not None:
-            s_res = jnp.minimum(s_res, nd.s_res)
-    ds = jnp.minimum(2.0 * math.pi / period, s_res / NUM_NODES)
-    ds = jax.lax.stop_gradient(ds)
-
-    log_phi = 0.0
-    for m, n, nd in zip(comp.mechanisms, comp.counts, nodes):
-        log_phi = log_phi + jnp.asarray(n, jnp.float64) * _tilted_log_phi(m, direction, t, nd, ds)
+    nodes, s_res = _line_nodes(comp, direction, t)
+    ds = jax.lax.stop_gradient(jnp.minimum(2.0 * math.pi / period, s_res / NUM_NODES))
+    log_phi = _composed_log_phi(comp, direction, t, nodes, ds)
     s = ds * jnp.arange(NUM_NODES, dtype=jnp.float64)
     z = t + 1j * s
     log_f = log_phi - 1j * s * eps - jnp.log(z) - jnp.log1p(z)
@@ -265,7 +274,7 @@ def _contour_alias(contour: _Contour, eps):
 
 def _log_chernoff(contour: _Contour, eps):
     """The Chernoff bound ``delta <= exp(K(t) - t eps) (t/(1+t))^t / (1+t)`` (a safeguard)."""
-    return contour.k_t - contour.t * eps + _log_chernoff_const(contour.t)
+    return _log_chernoff_pos(contour.t, eps, 0.0, contour.k_t)
 
 
 def _log_truncation(contour: _Contour):

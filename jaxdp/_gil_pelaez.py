@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from jaxdp import _characteristic as _cf
 from jaxdp import _saddlepoint
-from jaxdp._mechanisms import Composition, _MixtureBase
+from jaxdp._mechanisms import Composition
 from jaxdp._solvers import solve_decreasing
 
 __all__ = ["epsilon_gil_pelaez", "log_delta_gil_pelaez"]
@@ -41,15 +41,9 @@ def _log_phi_line(comp: Composition, direction: str, t, eps_max):
     sg = jax.lax.stop_gradient(comp)
     _, k1, k2 = _saddlepoint._k012(sg, direction, t)
     span = jnp.abs(k1) + eps_max + _SPAN_SD * jnp.sqrt(k2)
-    nodes = [_cf._mixture_nodes(m, direction, t) if isinstance(m, _MixtureBase) else None for m in comp.mechanisms]
-    s_res = jnp.inf
-    for nd in nodes:
-        if nd is not None:
-            s_res = jnp.minimum(s_res, nd.s_res)
+    nodes, s_res = _cf._line_nodes(comp, direction, t)
     ds = jax.lax.stop_gradient(jnp.minimum(math.pi / span, s_res / _cf.NUM_NODES))
-    log_phi = 0.0
-    for m, n, nd in zip(comp.mechanisms, comp.counts, nodes):
-        log_phi = log_phi + jnp.asarray(n, jnp.float64) * _cf._tilted_log_phi(m, direction, t, nd, ds)
+    log_phi = _cf._composed_log_phi(comp, direction, t, nodes, ds)
     _, mean = _saddlepoint._k01(comp, direction, t)
     return ds, log_phi, mean
 

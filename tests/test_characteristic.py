@@ -36,7 +36,7 @@ EPS_ROWS = [r for r in ref.ROWS if r["query"] == "epsilon"]
 @pytest.mark.parametrize("sigma,steps", [(1.0, 1), (2.0, 50), (70.0, 1200), (0.5, 10)])
 @pytest.mark.parametrize("eps", [0.05, 1.0, 4.0, 12.0])
 def test_gaussian_delta_matches_the_closed_form(sigma, steps, eps):
-    """Down to delta ~ 1e-300: the contour keeps the relative accuracy."""
+    """Down to delta ~ 1e-128 (sigma = 70, 1200 steps, eps = 12): the contour keeps the relative accuracy."""
     m = jaxdp.Gaussian(sigma)
     exact = float(jaxdp.log_delta_for_epsilon(m, epsilon=eps, num_steps=steps, method="exact"))
     got = float(jaxdp.log_delta_for_epsilon(m, epsilon=eps, num_steps=steps, method="characteristic"))
