@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _validate
+from jaxdp import _certified, _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _validate
 from jaxdp._mechanisms import Composition, as_composition
 from jaxdp._numerics import float64_scope, to_f64
 
@@ -128,6 +128,15 @@ register_method(
 )
 
 
+register_method(
+    MethodInfo(
+        "certified",
+        certified=True,
+        description="pessimistic lattice PLD composed by FFT in the tilted domain (proven upper bound, tight)",
+        log_delta=_certified.log_delta_certified,
+        epsilon=_certified.epsilon_certified,
+    )
+)
 register_method(
     MethodInfo(
         "characteristic",

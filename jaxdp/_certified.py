@@ -1,0 +1,483 @@
+"""Certified accountant: pessimistic privacy-loss distributions composed in the tilted domain.
+
+Every number this module returns is a proven upper bound on delta(eps) (and the
+epsilon it returns satisfies ``delta(epsilon) <= delta``), under the
+floating-point model stated below.  It is tight: the only slack is the
+second-order bias of the lattice discretisation and a few explicitly bounded
+dropped masses, all well below 1e-3 relative on the DP-SGD settings of the
+reference tables (see ``benchmarks/results/certified.md``).
+
+Construction (per adjacency direction; Gaussian mechanisms and mixtures of
+Gaussians with sensitivities ``c >= 0``, the Poisson-subsampled Gaussian
+included):
+
+1. **Pessimistic lattice PLD per step** ("connect the dots", Doroshenko, Ghazi,
+   Kamath, Kumar & Manurangsi, PETS 2022).  The privacy loss ``L = log dP/dQ``
+   is monotone in the output ``x``, so the preimage of a loss cell
+   ``[l_k, l_k + D]`` is an interval of ``x`` and its masses ``P_k``, ``Q_k`` are
+   differences of normal CDFs, computed in log space (Gauss-Legendre on narrow
+   intervals, ``log_ndtr`` differences on wide ones; no sampling).  The cell's
+   ``P``-mass is split between its two end points, ``a_k`` at ``l_k`` and ``b_k``
+   at ``l_k + D``, so that both ``P`` and ``Q = exp(-l) P`` masses are kept
+   (``a_k + b_k = P_k``, ``a_k e^{-l_k} + b_k e^{-l_k - D} = Q_k``).
+   *Why it dominates*: with ``u = exp(-L)``, ``delta_P||Q(eps) = E_P[(1 - e^eps u)_+]``
+   and ``u -> (1 - e^eps u)_+`` is convex; the split is a mean-preserving spread
+   of ``u`` under ``P`` within each cell, so by Jensen every hockey-stick
+   divergence (every ``eps``, negative included) can only grow.  The discrete
+   pair therefore dominates the mechanism in the sense of Zhu, Dong & Wang
+   (AISTATS 2022, Def. 7), and dominating pairs compose (their Thm. 10), so the
+   composition of the discrete pairs dominates the composed mechanism.  Mass
+   below the lattice is moved up to its first point (rounding the loss up also
+   dominates); mass above it is an atom at ``+inf`` (contributes its full
+   ``P``-mass to delta: ``sum_i n_i p_inf,i`` bounds the chance that any step
+   hits it).  The lattice covers the output range ``|z| <= 13`` standard
+   deviations around the mechanism's means, so that atom is below 1e-38 per step.
+2. **Tilted-domain composition.**  Each step's lattice pmf ``p`` is multiplied by
+   ``exp(t l)`` (``t`` the saddle point of the target epsilon, from
+   :mod:`jaxdp._saddlepoint`) and normalised; the composed tilted law is the
+   inverse real FFT of ``prod_i rfft(p~_i)^{n_i}`` (powers in log-polar form),
+   over a window of ``NUM_BINS`` lattice points centred on its mean
+   ``K'(t)`` and ``2 x WINDOW_SDS`` tilted standard deviations wide (or wider,
+   when a step's own loss range needs it).  Untilting:
+   ``delta_fin(eps) = exp(sum_i n_i log Z_i - t eps) sum_{l > eps} p~_n(l) e^{-t (l - eps)} (1 - e^{eps - l})``,
+   in log space, so its relative accuracy survives at delta = 1e-15 and far below.
+3. **Dropped mass, bounded.**  The FFT computes the composition *cyclically*:
+   each window point receives the true mass plus the mass of all points that
+   are a multiple of the window length away.  All of those are nonnegative,
+   so the folded law is an upper bound on every point inside the window; only
+   the mass *above* the window is lost, and it is bounded by the Chernoff bound
+   ``P(L_n >= l_end) <= exp(sum_i n_i K_i(s) - s l_end)`` on the discrete pmf,
+   minimised over a grid of ``s > t``, and added to delta (weight 1).  Nothing
+   below the window matters (``eps`` lies inside it).
+4. **Floating point.**  The model: ``exp``, ``log``, ``log1p``, ``expm1`` and
+   ``log_ndtr`` are accurate to a few ulp; the FFT obeys Higham's bound
+   (*Accuracy and Stability of Numerical Algorithms*, Thm. 24.2)
+   ``||fl(F x) - F x||_2 <= log2(N) eta ||F x||_2`` with ``eta = u + gamma_4 (sqrt 2 + u)``,
+   taken 4x.  Then (a) each lattice entry is inflated by its own error bound
+   (``16 u (2 + |log P_k| + |log Q_k| + |l| + ...)`` in the split's log-ratio,
+   amplified by ``1 / (1 - e^{-D})``), so the inflated pmf is entrywise above
+   the exact pmf of the dominating pair; (b) the forward FFT, the powers and
+   the inverse FFT are bounded in the 2-norm and their sum ``B`` is added to
+   every window point before the (nonnegative-weight) untilting sum; (c) the
+   tilting, the final exponent and the summation carry a relative factor.
+   Subnormal underflow loses at most ``1e-300`` per entry (added).
+
+epsilon(delta): the window is built once at the saddle point of the
+saddle-point *estimate* of epsilon; on it ``delta_fin`` is ``e^G (A_r - e^eps B_r)``
+between lattice points (``A``, ``B`` reverse cumulative log-sums), which gives
+the root in closed form.  The candidate is then *verified* by the direct
+formula (plus 1e-9 relative nudges if needed).  If the window cannot certify
+the target (the root outside it, or the dropped masses exceeding delta), the
+certified saddle-point value is used; both are upper bounds, so the smaller
+of the two is returned (likewise for delta(eps)).
+
+Gradients with respect to the noise multiplier and the sampling probability
+flow through the lattice masses and the FFT (the lattice and window are
+piecewise constant in them); the inversion of the loss is differentiated
+implicitly.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import _saddlepoint
+from jaxdp._mechanisms import Composition, Gaussian, _MixtureBase
+from jaxdp._numerics import log1mexp, log_ndtr, log_sub_exp
+
+__all__ = [
+    "CertifiedResult",
+    "certified_terms",
+    "epsilon_certified",
+    "log_delta_certified",
+]
+
+NUM_BINS = 2**17  # FFT window (lattice points of the composed law)
+LATTICE_SIZE = 2**17  # lattice points per step (folded into the window)
+WINDOW_SDS = 10.0  # window half-width in tilted standard deviations
+Z_TAIL = 13.0  # per-step output range, in noise standard deviations
+NEWTON_MAX_ITER = 60
+
+_U = 2.0**-53
+_GL_X, _GL_W = np.polynomial.legendre.leggauss(6)
+_GAMMA4 = 4 * _U / (1 - 4 * _U)
+_FFT_RHO = 4.0 * math.log2(NUM_BINS) * (_U + _GAMMA4 * (math.sqrt(2.0) + _U))
+_TINY = 1e-300
+_CHERNOFF_STEPS = jnp.array([0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+_EPS_NUDGES = jnp.array([0.0, 1e-9, 1e-7, 1e-5])
+
+
+class CertifiedResult(NamedTuple):
+    """Certified quantities for one epsilon and direction (logs of deltas).
+
+    Attributes:
+      tilt: the tilt ``t`` (saddle point of ``eps``).
+      spacing: lattice spacing ``D``.
+      log_delta: log of the certified delta from the tilted-FFT bound alone
+        (0 when the window cannot certify ``eps``).
+      log_delta_lattice: log of the lattice part (without the terms below).
+      log_dropped: log of the dropped-mass terms (``+inf`` atom and the
+        Chernoff bound above the window).
+      log_fft_error: log of the floating-point FFT bound added per window point.
+      log_delta_upper: ``min`` of ``log_delta`` and the certified saddle-point bound
+        (what ``method="certified"`` returns).
+    """
+
+    tilt: jax.Array
+    spacing: jax.Array
+    log_delta: jax.Array
+    log_delta_lattice: jax.Array
+    log_dropped: jax.Array
+    log_fft_error: jax.Array
+    log_delta_upper: jax.Array
+
+
+def _mixture_of(mech):
+    """``(log_p, c, s)`` of a mechanism whose dominating pair is a Gaussian mixture."""
+    if isinstance(mech, Gaussian):
+        s = jnp.asarray(mech.noise_multiplier, jnp.float64)
+        return jnp.zeros(1), jnp.ones(1), s
+    if isinstance(mech, _MixtureBase):
+        return mech.mixture()
+    raise NotImplementedError(
+        f"method='certified' supports Gaussian and mixture-of-Gaussians mechanisms "
+        f"(Poisson-subsampled Gaussian included), not {type(mech).__name__}; "
+        "use method='saddlepoint-certified' or 'rdp' for it."
+    )
+
+
+def _log_ratio(x, log_p, c, s):
+    """``M(x) = log sum_i p_i exp((c_i x - c_i^2 / 2) / s^2)`` (vectorised over x)."""
+    e = log_p + (c * x[..., None] - 0.5 * c * c) / (s * s)
+    return jax.nn.logsumexp(e, axis=-1)
+
+
+def log_normal_interval(lo, hi):
+    """``log(Phi(hi) - Phi(lo))`` for ``lo <= hi`` (infinite ends allowed), a few ulp relative.
+
+    Reflected so the interval's midpoint is ``<= 0``; narrow intervals
+    (``width * max(1, |mid|) <= 1``) by 6-point Gauss-Legendre on the density,
+    wide ones as ``log Phi(b) + log(1 - Phi(a) / Phi(b))``.
+    """
+    lo = jnp.asarray(lo, jnp.float64)
+    hi = jnp.asarray(hi, jnp.float64)
+    empty = ~(hi > lo)  # also both ends the same infinity
+    lo = jnp.where(empty, 0.0, lo)
+    hi = jnp.where(empty, 1.0, hi)
+    both_inf = jnp.isinf(lo) & jnp.isinf(hi)
+    flip = jnp.where(both_inf, False, (lo + hi) > 0)
+    a = jnp.where(flip, -hi, lo)
+    b = jnp.where(flip, -lo, hi)
+    w = b - a
+    m = 0.5 * (a + b)
+    narrow = jnp.isfinite(w) & (w * jnp.maximum(1.0, jnp.abs(m)) <= 1.0)
+    # narrow: (w/2) sum_j g_j phi(m + w x_j / 2)
+    w_n = jnp.where(narrow, w, 1.0)
+    m_n = jnp.where(narrow, m, 0.0)
+    xs = m_n[..., None] + 0.5 * w_n[..., None] * _GL_X
+    log_phi = -0.5 * xs * xs - 0.5 * math.log(2.0 * math.pi) + np.log(_GL_W)
+    narrow_val = jnp.log(0.5 * w_n) + jax.nn.logsumexp(log_phi, axis=-1)
+    # wide
+    a_w = jnp.where(narrow, -1.0, a)
+    b_w = jnp.where(narrow, 0.0, b)
+    lb = log_ndtr(b_w)
+    la = log_ndtr(a_w)
+    wide_val = lb + log1mexp(jnp.minimum(la - lb, 0.0))
+    out = jnp.where(narrow, narrow_val, wide_val)
+    return jnp.where(empty, -jnp.inf, out)
+
+
+def _inverse_log_ratio(m, log_p, c, s):
+    """``x`` with ``M(x) = m`` (``-inf`` where ``m <= log p_0``), Newton from the right.
+
+    With ``p_0`` the mass of the ``c = 0`` components, solves
+    ``log S(x) = log(e^m - p_0)`` for ``S`` the sum over ``c > 0``: convex and
+    increasing, so Newton started where ``S`` already exceeds the target (the
+    largest single term alone does) decreases monotonically to the root.
+    Implicitly differentiated (one Newton step with gradients at the root).
+    """
+    pos = c > 0
+    log_p0 = jax.nn.logsumexp(jnp.where(pos, -jnp.inf, log_p))
+    log_pp = jnp.where(pos, log_p, -jnp.inf)
+    above = m > log_p0
+    tau = m + log1mexp(jnp.minimum(log_p0 - m, 0.0))
+    tau = jnp.where(above, tau, 0.0)
+    c_safe = jnp.where(pos, c, 1.0)
+    s2 = s * s
+
+    def log_s(x):
+        return jax.nn.logsumexp(log_pp + (c * x[..., None] - 0.5 * c * c) / s2, axis=-1)
+
+    def newton_step(x):
+        e = log_pp + (c * x[..., None] - 0.5 * c * c) / s2
+        lse = jax.nn.logsumexp(e, axis=-1)
+        slope = jnp.sum(jnp.exp(e - lse[..., None]) * c, axis=-1) / s2
+        return (lse - tau) / slope
+
+    usable = pos & jnp.isfinite(log_p)
+    starts = jnp.where(usable, (s2 * (tau[..., None] - log_p) + 0.5 * c * c) / c_safe, jnp.inf)
+    x0 = jax.lax.stop_gradient(jnp.min(starts, axis=-1))
+    consts = jax.lax.stop_gradient((tau, log_pp, c, s2))
+
+    def cond(state):
+        i, _, step = state
+        return (i < NEWTON_MAX_ITER) & (step > 0)
+
+    def body(state):
+        i, x, _ = state
+        tau_, log_pp_, c_, s2_ = consts
+        e = log_pp_ + (c_ * x[..., None] - 0.5 * c_ * c_) / s2_
+        lse = jax.nn.logsumexp(e, axis=-1)
+        slope = jnp.sum(jnp.exp(e - lse[..., None]) * c_, axis=-1) / s2_
+        dx = (lse - tau_) / slope
+        dx = jnp.where(jnp.abs(dx) <= 4 * _U * (1.0 + jnp.abs(x)), 0.0, dx)
+        return i + 1, x - dx, jnp.max(jnp.abs(dx))
+
+    _, x_star, _ = jax.lax.while_loop(cond, body, (0, x0, jnp.float64(1.0)))
+    x_star = jax.lax.stop_gradient(x_star)
+    del log_s
+    x = x_star - newton_step(x_star) + jax.lax.stop_gradient(newton_step(x_star))
+    return jnp.where(above, x, -jnp.inf)
+
+
+class _StepPmf(NamedTuple):
+    log_pmf: jax.Array  # (LATTICE_SIZE,) log of the inflated lattice pmf at a + k D
+    start: jax.Array  # a
+    log_p_inf: jax.Array  # log P-mass of the +inf atom (inflated)
+
+
+def _loss_range(log_p, c, s, direction):
+    """``(lowest, highest)`` loss over the covered output range (``|z| <= Z_TAIL``)."""
+    c_max = jnp.max(c)
+    if direction == "remove":
+        xs = jnp.stack([-Z_TAIL * s, c_max + Z_TAIL * s])
+        lo, hi = _log_ratio(xs, log_p, c, s)
+        return lo, hi
+    xs = jnp.stack([Z_TAIL * s, -Z_TAIL * s])
+    lo, hi = -_log_ratio(xs, log_p, c, s)
+    return lo, hi
+
+
+def _interval_log_masses(lo, hi, log_p, c, s, mixture: bool):
+    """Log mass of ``[lo, hi]`` under the mixture (``mixture=True``) or ``N(0, s^2)``."""
+    if not mixture:
+        return log_normal_interval(lo / s, hi / s)
+
+    def body(acc, comp):
+        lp, ci = comp
+        v = lp + log_normal_interval((lo - ci) / s, (hi - ci) / s)
+        return jnp.logaddexp(acc, v), None
+
+    acc0 = jnp.full(lo.shape, -jnp.inf)
+    out, _ = jax.lax.scan(body, acc0, (log_p, c))
+    return out
+
+
+def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
+    """Inflated connect-the-dots lattice pmf of one step (see the module docstring)."""
+    log_p, c, s = _mixture_of(mech)
+    k = jnp.arange(LATTICE_SIZE, dtype=jnp.float64)
+    ell = start + k * spacing
+    if direction == "remove":
+        x = _inverse_log_ratio(ell, log_p, c, s)  # increasing
+        edges = jnp.concatenate([jnp.array([-jnp.inf]), x, jnp.array([jnp.inf])])
+        lo, hi = edges[:-1], edges[1:]
+        log_pm = _interval_log_masses(lo, hi, log_p, c, s, mixture=True)
+        log_qm = _interval_log_masses(lo, hi, log_p, c, s, mixture=False)
+    else:
+        x = _inverse_log_ratio(-ell, log_p, c, s)  # decreasing
+        edges = jnp.concatenate([jnp.array([jnp.inf]), x, jnp.array([-jnp.inf])])
+        lo, hi = edges[1:], edges[:-1]
+        log_pm = _interval_log_masses(lo, hi, log_p, c, s, mixture=False)
+        log_qm = _interval_log_masses(lo, hi, log_p, c, s, mixture=True)
+    # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
+    c_max = jnp.max(c)
+    x_fin = jnp.where(jnp.isfinite(x), x, 0.0)
+    x_edge = jnp.concatenate([jnp.zeros(1), jnp.abs(x_fin)]) + jnp.concatenate([jnp.abs(x_fin), jnp.zeros(1)])
+    ell_edge = jnp.concatenate([jnp.abs(ell[:1]), jnp.abs(ell)]) + jnp.concatenate([jnp.abs(ell), jnp.abs(ell[-1:])])
+    fin_p = jnp.where(jnp.isfinite(log_pm), jnp.abs(log_pm), 0.0)
+    fin_q = jnp.where(jnp.isfinite(log_qm), jnp.abs(log_qm), 0.0)
+    log_err_rel = jnp.log(16 * _U * (2.0 + fin_p + fin_q + ell_edge + c_max * x_edge / (s * s)))
+
+    cells_p = log_pm[1:-1]
+    cells_q = log_qm[1:-1]
+    left = ell[:-1]
+    lr = jnp.clip(jnp.where(jnp.isfinite(cells_p), cells_q - cells_p + left, 0.0), -spacing, 0.0)
+    log_inv = -jnp.log(-jnp.expm1(-spacing))
+    log_a = cells_p - spacing + jnp.log(jnp.expm1(lr + spacing)) + log_inv
+    log_b = cells_p + jnp.log(-jnp.expm1(lr)) + log_inv
+    neg_inf = jnp.full(1, -jnp.inf)
+    log_to_k = jnp.concatenate([log_a, neg_inf])  # a of cell k goes to point k
+    log_from_below = jnp.concatenate([neg_inf, log_b])  # b of cell k-1 goes to point k
+    log_entry = jnp.logaddexp(log_to_k, log_from_below)
+    log_entry = log_entry.at[0].set(jnp.logaddexp(log_entry[0], log_pm[0]))
+    # error: each cell's split is off by at most P_cell * err / (1 - e^{-D}) (+ P_cell * err itself)
+    log_cell_err = cells_p + log_err_rel[1:-1] + jnp.log1p(jnp.exp(log_inv))
+    log_err = jnp.logaddexp(jnp.concatenate([log_cell_err, neg_inf]), jnp.concatenate([neg_inf, log_cell_err]))
+    log_err = log_err.at[0].set(jnp.logaddexp(log_err[0], log_pm[0] + log_err_rel[0]))
+    log_pmf = jnp.logaddexp(log_entry + jnp.log1p(8 * _U), log_err)
+    log_pmf = jnp.logaddexp(log_pmf, math.log(_TINY))
+    log_p_inf = log_pm[-1] + jnp.log1p(jnp.exp(log_err_rel[-1]))
+    return _StepPmf(log_pmf, start, log_p_inf)
+
+
+class _Window(NamedTuple):
+    log_y: jax.Array  # (NUM_BINS,) log of (computed tilted composed pmf + FFT bound), clipped at 0
+    ell_start: jax.Array  # loss of window point 0
+    spacing: jax.Array
+    tilt: jax.Array
+    log_scale: jax.Array  # G = sum_i n_i log Z_i (untilting exponent)
+    log_rest: jax.Array  # log(sum_i n_i p_inf,i + Chernoff bound above the window)
+    log_rel: jax.Array  # log1p of the relative floating-point factor
+    log_fft_error: jax.Array
+
+
+def _parts(comp: Composition):
+    return [(m, jnp.asarray(n, jnp.float64)) for m, n in zip(comp.mechanisms, comp.counts)]
+
+
+def _build_window(comp: Composition, direction: str, t) -> _Window:
+    """The tilted composed lattice law on a window around its mean (module docstring)."""
+    t = jax.lax.stop_gradient(t)
+    parts = _parts(comp)
+    _, k1, k2 = jax.lax.stop_gradient(_saddlepoint._k012(comp, direction, t))
+    sd = jnp.sqrt(jnp.maximum(k2, 1e-300))
+    ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction)) for m, _ in parts]
+    spacing = 2.0 * WINDOW_SDS * sd / NUM_BINS
+    for lo, hi in ranges:
+        spacing = jnp.maximum(spacing, (hi - lo) / (LATTICE_SIZE - 1))
+    spacing = jnp.maximum(spacing, 1e-12)
+    offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
+    j0 = jnp.floor((k1 - offset) / spacing) - NUM_BINS // 2
+    ell_start = offset + j0 * spacing
+    ell_end = ell_start + NUM_BINS * spacing
+    fold = LATTICE_SIZE // NUM_BINS if LATTICE_SIZE >= NUM_BINS else 1
+
+    log_spec = 0.0
+    log_scale = 0.0
+    log_inf = -jnp.inf
+    rel = 0.0
+    fft_terms = 0.0
+    sum_bound = 0.0
+    log_chernoff = 0.0
+    pow_terms = 0.0
+    kd = jnp.arange(LATTICE_SIZE, dtype=jnp.float64) * spacing
+    s_grid = t + _CHERNOFF_STEPS / sd
+    for (mech, n), (lo, _) in zip(parts, ranges):
+        pmf = _step_pmf(mech, direction, lo, spacing)
+        tilted = pmf.log_pmf + t * kd
+        log_z = jax.nn.logsumexp(tilted)
+        v = jnp.exp(tilted - log_z)
+        if LATTICE_SIZE >= NUM_BINS:
+            v = v.reshape(fold, NUM_BINS).sum(axis=0)
+        else:
+            v = jnp.zeros(NUM_BINS).at[:LATTICE_SIZE].set(v)
+        rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
+        total = jnp.sum(v)
+        norm2 = jnp.sqrt(jnp.sum(v * v))
+        spec = jnp.fft.rfft(v)
+        log_abs = jnp.log(jnp.abs(spec))
+        log_spec = log_spec + n * jnp.log(spec.astype(jnp.complex128))
+        fft_terms = fft_terms + n * _FFT_RHO * norm2
+        sum_bound = sum_bound + n * jnp.log(total + _FFT_RHO * math.sqrt(NUM_BINS) * norm2)
+        log_scale = log_scale + n * (log_z + t * lo)
+        log_inf = jnp.logaddexp(log_inf, jnp.log(n) + pmf.log_p_inf)
+        # Chernoff on the (untilted, inflated) lattice measure: sum_i n_i K_i(s)
+        k_s = jax.nn.logsumexp(pmf.log_pmf[None, :] + s_grid[:, None] * (lo + kd)[None, :], axis=1)
+        log_chernoff = log_chernoff + n * k_s
+        pow_err = n * (jnp.abs(jnp.where(jnp.isfinite(log_abs), log_abs, 0.0)) + math.pi + 1.0)
+        pow_terms = pow_terms + pow_err
+    z = jnp.exp(log_spec)
+    y = jnp.fft.irfft(z, n=NUM_BINS)
+    growth = jnp.maximum(1.0, jnp.exp(sum_bound))
+    pow_abs = 8 * _U * (pow_terms + 2.0) * jnp.abs(z)
+    bound = (
+        growth * fft_terms
+        + math.sqrt(2.0) * jnp.sqrt(jnp.sum(pow_abs * pow_abs)) / math.sqrt(NUM_BINS)
+        + 1.01 * _FFT_RHO * jnp.sqrt(jnp.sum(y * y))
+    )
+    bound = 1.01 * bound + _TINY
+    shift = jnp.mod(j0, NUM_BINS).astype(jnp.int64)
+    y = jnp.roll(y, -shift)
+    y_up = jnp.maximum(y + bound, 0.0)
+    log_y = jnp.log(y_up)
+    log_tail = jnp.min(log_chernoff - s_grid * ell_end)
+    log_rest = jnp.logaddexp(log_inf, log_tail)
+    return _Window(log_y, ell_start, spacing, t, log_scale, log_rest, jnp.log1p(rel), jnp.log(bound))
+
+
+def _window_log_delta(win: _Window, eps):
+    """Certified log delta at ``eps`` from the window (0 where ``eps`` is outside it)."""
+    eps = jnp.asarray(eps)
+    r = jnp.arange(NUM_BINS, dtype=jnp.float64)
+    ell = win.ell_start + r * win.spacing
+    gap = ell - eps[..., None]
+    above = gap > 0
+    gap_s = jnp.where(above, gap, 1.0)
+    terms = win.log_y - win.tilt * gap_s + jnp.log(-jnp.expm1(-gap_s))
+    log_s = jax.nn.logsumexp(jnp.where(above, terms, -jnp.inf), axis=-1)
+    log_fin = win.log_scale - win.tilt * eps + log_s + win.log_rel + jnp.log1p(4 * _U * NUM_BINS)
+    inside = (eps >= win.ell_start) & (eps < win.ell_start + (NUM_BINS - 1) * win.spacing)
+    out = jnp.logaddexp(log_fin, win.log_rest)
+    return jnp.where(inside, jnp.minimum(out, 0.0), 0.0), log_fin
+
+
+def certified_terms(comp: Composition, direction: str, epsilon) -> CertifiedResult:
+    """Certified delta at ``epsilon`` with its pieces (one direction)."""
+    epsilon = jnp.asarray(epsilon, jnp.float64)
+    t = _saddlepoint.saddle_point(comp, direction, epsilon)
+    win = _build_window(comp, direction, t)
+    log_delta, log_fin = _window_log_delta(win, epsilon)
+    log_sp = _saddlepoint.log_delta_saddlepoint_upper(comp, direction, epsilon)
+    return CertifiedResult(
+        t, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, jnp.minimum(log_delta, log_sp)
+    )
+
+
+def log_delta_certified(comp, direction, epsilon):
+    """Certified upper bound on ``log delta(eps)``."""
+    return certified_terms(comp, direction, epsilon).log_delta_upper
+
+
+def _window_epsilon(win: _Window, log_delta):
+    """Smallest verified eps on the window with certified delta <= target (``inf`` if none)."""
+    r = jnp.arange(NUM_BINS, dtype=jnp.float64)
+    ell = win.ell_start + r * win.spacing
+    ok_rest = win.log_rest < log_delta
+    log_target = log_sub_exp(log_delta, jnp.minimum(win.log_rest, log_delta)) - win.log_rel - 8 * _U * NUM_BINS
+    log_target = log_target - win.log_scale  # target for A - e^eps B
+    log_a = jax.lax.cumlogsumexp(win.log_y - win.tilt * ell, reverse=True)
+    log_b = jax.lax.cumlogsumexp(win.log_y - (win.tilt + 1.0) * ell, reverse=True)
+    # sums over r' > r
+    neg = jnp.full(1, -jnp.inf)
+    log_a1 = jnp.concatenate([log_a[1:], neg])
+    log_b1 = jnp.concatenate([log_b[1:], neg])
+    log_d = log_sub_exp(log_a1, jnp.minimum(ell + log_b1, log_a1))  # delta_fin / e^G at eps = l_r
+    count = jnp.sum(log_d >= log_target)
+    found = ok_rest & (count >= 1) & (count <= NUM_BINS - 2)
+    r_star = jnp.clip(count - 1, 0, NUM_BINS - 2)
+    la = log_a1[r_star]
+    lb = log_b1[r_star]
+    eps = log_sub_exp(la, jnp.minimum(log_target, la)) - lb
+    eps = jnp.clip(eps, ell[r_star], ell[r_star + 1])
+    cands = eps + _EPS_NUDGES * (1.0 + jnp.abs(eps))
+    log_ds, _ = _window_log_delta(win, cands)
+    passed = log_ds <= log_delta
+    first = jnp.argmax(passed)
+    eps_ok = jnp.where(jnp.any(passed) & found, cands[first], jnp.inf)
+    return eps_ok
+
+
+def epsilon_certified(comp, direction, log_delta):
+    """Certified epsilon: the certified delta at it is at most ``exp(log_delta)``."""
+    eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
+    t = _saddlepoint.saddle_point(comp, direction, eps0)
+    win = _build_window(comp, direction, t)
+    eps = _window_epsilon(win, log_delta)
+    eps_sp = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
+    return jnp.maximum(jnp.minimum(eps, eps_sp), 0.0)
