@@ -108,8 +108,8 @@ _GL_X, _GL_W = np.polynomial.legendre.leggauss(6)
 _GAMMA4 = 4 * _U / (1 - 4 * _U)
 _FFT_RHO = 4.0 * math.log2(NUM_BINS) * (_U + _GAMMA4 * (math.sqrt(2.0) + _U))
 _TINY = 1e-300
-_CHERNOFF_STEPS = jnp.array([0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
-_EPS_NUDGES = jnp.array([0.0, 1e-9, 1e-7, 1e-5])
+_CHERNOFF_STEPS = jnp.array([0.25, 1.0, 4.0, 16.0, 64.0])
+_EPS_NUDGES = jnp.array([1e-12, 1e-9])
 
 
 class CertifiedResult(NamedTuple):
@@ -157,12 +157,34 @@ def _log_ratio(x, log_p, c, s):
     return jax.nn.logsumexp(e, axis=-1)
 
 
-def log_normal_interval(lo, hi):
-    """``log(Phi(hi) - Phi(lo))`` for ``lo <= hi`` (infinite ends allowed), a few ulp relative.
+_HERMITE_ORDER = 20
+_NARROW = 0.5
 
-    Reflected so the interval's midpoint is ``<= 0``; narrow intervals
-    (``width * max(1, |mid|) <= 1``) by 6-point Gauss-Legendre on the density,
-    wide ones as ``log Phi(b) + log(1 - Phi(a) / Phi(b))``.
+
+def _log_mean_factor(m, w):
+    """``log E`` with ``Phi(m + w/2) - Phi(m - w/2) = w phi(m) E`` for ``w max(1, |m|) <= 1/2``.
+
+    ``phi(m + s) / phi(m) = sum_k He_k(m) (-s)^k / k!``; averaging over ``|s| <= w/2``
+    keeps the even terms ``He_k(m) (w/2)^k / ((k + 1) k!)`` (k <= 20: below 1e-16 there).
+    """
+    he_prev, he = jnp.ones_like(m), m  # He_0, He_1
+    x2 = (0.5 * w) ** 2
+    power = jnp.ones_like(m)
+    total = jnp.zeros_like(m)
+    for k in range(1, _HERMITE_ORDER):
+        he_prev, he = he, m * he - k * he_prev  # He_{k+1}
+        if (k + 1) % 2 == 0:
+            power = power * x2  # (w/2)^{k+1}
+            total = total + he * (power / float((k + 2) * math.factorial(k + 1)))
+    return jnp.log1p(total)
+
+
+def log_normal_interval(lo, hi):
+    """``log(Phi(hi) - Phi(lo))`` elementwise for ``lo <= hi`` (infinite ends allowed), a few ulp relative.
+
+    Reflected so that the midpoint is ``<= 0``.  Narrow intervals
+    (``width x max(1, |mid|) <= 1/2``) use the Hermite series of
+    :func:`_log_mean_factor`; wide ones ``log Phi(b) + log(1 - Phi(a) / Phi(b))``.
     """
     lo = jnp.asarray(lo, jnp.float64)
     hi = jnp.asarray(hi, jnp.float64)
@@ -175,19 +197,14 @@ def log_normal_interval(lo, hi):
     b = jnp.where(flip, -lo, hi)
     w = b - a
     m = 0.5 * (a + b)
-    narrow = jnp.isfinite(w) & (w * jnp.maximum(1.0, jnp.abs(m)) <= 1.0)
-    # narrow: (w/2) sum_j g_j phi(m + w x_j / 2)
+    narrow = jnp.isfinite(w) & (w * jnp.maximum(1.0, jnp.abs(m)) <= _NARROW)
     w_n = jnp.where(narrow, w, 1.0)
     m_n = jnp.where(narrow, m, 0.0)
-    xs = m_n[..., None] + 0.5 * w_n[..., None] * _GL_X
-    log_phi = -0.5 * xs * xs - 0.5 * math.log(2.0 * math.pi) + np.log(_GL_W)
-    narrow_val = jnp.log(0.5 * w_n) + jax.nn.logsumexp(log_phi, axis=-1)
-    # wide
+    narrow_val = -0.5 * m_n * m_n - 0.5 * math.log(2.0 * math.pi) + jnp.log(w_n) + _log_mean_factor(m_n, w_n)
     a_w = jnp.where(narrow, -1.0, a)
     b_w = jnp.where(narrow, 0.0, b)
     lb = log_ndtr(b_w)
-    la = log_ndtr(a_w)
-    wide_val = lb + log1mexp(jnp.minimum(la - lb, 0.0))
+    wide_val = lb + log1mexp(jnp.minimum(log_ndtr(a_w) - lb, 0.0))
     out = jnp.where(narrow, narrow_val, wide_val)
     return jnp.where(empty, -jnp.inf, out)
 
@@ -242,7 +259,7 @@ def _inverse_log_ratio(m, log_p, c, s):
     x_star = jax.lax.stop_gradient(x_star)
     del log_s
     x = x_star - newton_step(x_star) + jax.lax.stop_gradient(newton_step(x_star))
-    return jnp.where(above, x, -jnp.inf)
+    return jax.lax.optimization_barrier(jnp.where(above, x, -jnp.inf))
 
 
 class _StepPmf(NamedTuple):
@@ -263,19 +280,27 @@ def _loss_range(log_p, c, s, direction):
     return lo, hi
 
 
-def _interval_log_masses(lo, hi, log_p, c, s, mixture: bool):
-    """Log mass of ``[lo, hi]`` under the mixture (``mixture=True``) or ``N(0, s^2)``."""
-    if not mixture:
-        return log_normal_interval(lo / s, hi / s)
+def _interval_log_masses(edges, log_p, c, s):
+    """Log masses between consecutive ``edges`` under the mixture and under ``N(0, s^2)``.
 
-    def body(acc, comp):
+    The Gaussian masses are those of a ``c = 0`` component when the mixture
+    has one (the Poisson-subsampled Gaussian does), else computed separately.
+    """
+
+    def interval(shift):
+        z = (edges - shift) / s
+        return log_normal_interval(z[:-1], z[1:])
+
+    def body(carry, comp):
+        acc, gauss = carry
         lp, ci = comp
-        v = lp + log_normal_interval((lo - ci) / s, (hi - ci) / s)
-        return jnp.logaddexp(acc, v), None
+        masses = interval(ci)
+        return (jnp.logaddexp(acc, lp + masses), jnp.where(ci == 0, masses, gauss)), None
 
-    acc0 = jnp.full(lo.shape, -jnp.inf)
-    out, _ = jax.lax.scan(body, acc0, (log_p, c))
-    return out
+    acc0 = jnp.full(edges.shape[0] - 1, -jnp.inf)
+    (mix, gauss), _ = jax.lax.scan(body, (acc0, acc0), (log_p, c))
+    gauss = jax.lax.cond(jnp.any(c == 0), lambda: gauss, lambda: interval(0.0))
+    return jax.lax.optimization_barrier((mix, gauss))
 
 
 def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
@@ -286,15 +311,12 @@ def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
     if direction == "remove":
         x = _inverse_log_ratio(ell, log_p, c, s)  # increasing
         edges = jnp.concatenate([jnp.array([-jnp.inf]), x, jnp.array([jnp.inf])])
-        lo, hi = edges[:-1], edges[1:]
-        log_pm = _interval_log_masses(lo, hi, log_p, c, s, mixture=True)
-        log_qm = _interval_log_masses(lo, hi, log_p, c, s, mixture=False)
+        log_pm, log_qm = _interval_log_masses(edges, log_p, c, s)
     else:
         x = _inverse_log_ratio(-ell, log_p, c, s)  # decreasing
-        edges = jnp.concatenate([jnp.array([jnp.inf]), x, jnp.array([-jnp.inf])])
-        lo, hi = edges[1:], edges[:-1]
-        log_pm = _interval_log_masses(lo, hi, log_p, c, s, mixture=False)
-        log_qm = _interval_log_masses(lo, hi, log_p, c, s, mixture=True)
+        edges = jnp.concatenate([jnp.array([-jnp.inf]), x[::-1], jnp.array([jnp.inf])])
+        log_qm, log_pm = _interval_log_masses(edges, log_p, c, s)
+        log_pm, log_qm = log_pm[::-1], log_qm[::-1]
     # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
     c_max = jnp.max(c)
     x_fin = jnp.where(jnp.isfinite(x), x, 0.0)
@@ -321,7 +343,7 @@ def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
     log_err = jnp.logaddexp(jnp.concatenate([log_cell_err, neg_inf]), jnp.concatenate([neg_inf, log_cell_err]))
     log_err = log_err.at[0].set(jnp.logaddexp(log_err[0], log_pm[0] + log_err_rel[0]))
     log_pmf = jnp.logaddexp(log_entry + jnp.log1p(8 * _U), log_err)
-    log_pmf = jnp.logaddexp(log_pmf, math.log(_TINY))
+    log_pmf = jax.lax.optimization_barrier(jnp.logaddexp(log_pmf, math.log(_TINY)))
     log_p_inf = log_pm[-1] + jnp.log1p(jnp.exp(log_err_rel[-1]))
     return _StepPmf(log_pmf, start, log_p_inf)
 
@@ -444,33 +466,44 @@ def log_delta_certified(comp, direction, epsilon):
     return certified_terms(comp, direction, epsilon).log_delta_upper
 
 
-def _window_epsilon(win: _Window, log_delta):
-    """Smallest verified eps on the window with certified delta <= target (``inf`` if none)."""
+def _window_epsilon(win: _Window, log_delta, eps_guess):
+    """Smallest verified eps on the window with certified delta <= target (``inf`` if none).
+
+    Between lattice points ``delta_fin(eps) = e^G (A_r - e^eps B_r)`` with
+    ``A_r = sum_{l > l_r} y e^{-t l}`` and ``B_r = sum_{l > l_r} y e^{-(t+1) l}``
+    (reverse cumulative sums, scaled at the guess to stay in range), which
+    gives the root in closed form; the candidate is then checked with the
+    direct formula of :func:`_window_log_delta`.
+    """
     r = jnp.arange(NUM_BINS, dtype=jnp.float64)
     ell = win.ell_start + r * win.spacing
     ok_rest = win.log_rest < log_delta
-    log_target = log_sub_exp(log_delta, jnp.minimum(win.log_rest, log_delta)) - win.log_rel - 8 * _U * NUM_BINS
-    log_target = log_target - win.log_scale  # target for A - e^eps B
-    log_a = jax.lax.cumlogsumexp(win.log_y - win.tilt * ell, reverse=True)
-    log_b = jax.lax.cumlogsumexp(win.log_y - (win.tilt + 1.0) * ell, reverse=True)
-    # sums over r' > r
-    neg = jnp.full(1, -jnp.inf)
-    log_a1 = jnp.concatenate([log_a[1:], neg])
-    log_b1 = jnp.concatenate([log_b[1:], neg])
-    log_d = log_sub_exp(log_a1, jnp.minimum(ell + log_b1, log_a1))  # delta_fin / e^G at eps = l_r
-    count = jnp.sum(log_d >= log_target)
+    log_target = log_sub_exp(log_delta, jnp.minimum(win.log_rest, log_delta))
+    log_target = log_target - win.log_rel - jnp.log1p(4 * _U * NUM_BINS) - win.log_scale
+    ref = jnp.clip(eps_guess, ell[0], ell[-1])
+    # scaled so the terms at the guess are ~y: A e^{t ref}, B e^{(t + 1) ref}
+    ua = jnp.exp(jnp.minimum(win.log_y - win.tilt * (ell - ref), 700.0))
+    ub = jnp.exp(jnp.minimum(win.log_y - (win.tilt + 1.0) * (ell - ref), 700.0))
+    ca = jnp.cumsum(ua[::-1])[::-1]
+    cb = jnp.cumsum(ub[::-1])[::-1]
+    zero = jnp.zeros(1)
+    a1 = jnp.concatenate([ca[1:], zero])  # sums over r' > r
+    b1 = jnp.concatenate([cb[1:], zero])
+    # delta_fin / e^G at eps = l_r, scaled by e^{t ref}: a1 - e^{l_r - ref} b1
+    d = a1 - jnp.exp(ell - ref) * b1
+    log_t_scaled = log_target + win.tilt * ref
+    count = jnp.sum(jnp.log(jnp.maximum(d, 1e-300)) >= log_t_scaled)
     found = ok_rest & (count >= 1) & (count <= NUM_BINS - 2)
     r_star = jnp.clip(count - 1, 0, NUM_BINS - 2)
-    la = log_a1[r_star]
-    lb = log_b1[r_star]
-    eps = log_sub_exp(la, jnp.minimum(log_target, la)) - lb
+    la = jnp.log(a1[r_star])
+    lb = jnp.log(b1[r_star])
+    eps = ref + log_sub_exp(la, jnp.minimum(log_t_scaled, la)) - lb
     eps = jnp.clip(eps, ell[r_star], ell[r_star + 1])
     cands = eps + _EPS_NUDGES * (1.0 + jnp.abs(eps))
     log_ds, _ = _window_log_delta(win, cands)
     passed = log_ds <= log_delta
     first = jnp.argmax(passed)
-    eps_ok = jnp.where(jnp.any(passed) & found, cands[first], jnp.inf)
-    return eps_ok
+    return jnp.where(jnp.any(passed) & found, cands[first], jnp.inf)
 
 
 def epsilon_certified(comp, direction, log_delta):
@@ -478,6 +511,6 @@ def epsilon_certified(comp, direction, log_delta):
     eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
     t = _saddlepoint.saddle_point(comp, direction, eps0)
     win = _build_window(comp, direction, t)
-    eps = _window_epsilon(win, log_delta)
+    eps = _window_epsilon(win, log_delta, eps0)
     eps_sp = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
     return jnp.maximum(jnp.minimum(eps, eps_sp), 0.0)
