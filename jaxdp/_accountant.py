@@ -114,7 +114,7 @@ register_method(
         description="saddle-point approximation delta_2 (estimate; O(1) in the number of steps)",
         log_delta=_saddlepoint.log_delta_saddlepoint,
         epsilon=_saddlepoint.epsilon_saddlepoint,
-        companion="saddlepoint-certified",
+        companion="certified",
     )
 )
 register_method(
@@ -144,7 +144,7 @@ register_method(
         description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
         log_delta=_characteristic.log_delta_characteristic,
         epsilon=_characteristic.epsilon_characteristic,
-        companion="saddlepoint-certified",
+        companion="certified",
     )
 )
 register_method(

@@ -71,10 +71,11 @@ the target (the root outside it, or the dropped masses exceeding delta), the
 certified saddle-point value is used; both are upper bounds, so the smaller
 of the two is returned (likewise for delta(eps)).
 
-Gradients with respect to the noise multiplier and the sampling probability
-flow through the lattice masses and the FFT (the lattice and window are
-piecewise constant in them); the inversion of the loss is differentiated
-implicitly.
+Gradients: not supported yet.  The bound is a piecewise-smooth function of the
+noise multiplier and the sampling probability (the lattice and window move in
+steps), and reverse-mode differentiation currently gives NaN through the
+infinite ends of the lattice cells -- never a wrong finite number.  Calibration
+differentiates the estimates and only evaluates this bound.
 """
 
 from __future__ import annotations
@@ -97,9 +98,9 @@ __all__ = [
     "log_delta_certified",
 ]
 
-NUM_BINS = 2**17  # FFT window (lattice points of the composed law)
+NUM_BINS = 2**18  # FFT window (lattice points of the composed law)
 LATTICE_SIZE = 2**17  # lattice points per step (folded into the window)
-WINDOW_SDS = 10.0  # window half-width in tilted standard deviations
+WINDOW_SDS = 8.0  # window half-width in tilted standard deviations
 Z_TAIL = 13.0  # per-step output range, in noise standard deviations
 NEWTON_MAX_ITER = 60
 

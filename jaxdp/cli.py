@@ -16,7 +16,9 @@ import time
 
 MECHANISMS = ("poisson-gaussian", "gaussian", "laplace")
 ADJACENCIES = ("add_or_remove", "remove", "add")
-DEFAULT_METHOD = "rdp"
+DEFAULT_METHOD = "certified"
+#: the default for mechanisms the certified accountant does not cover
+FALLBACK_METHOD = "saddlepoint-certified"
 
 
 class _UsageError(Exception):
@@ -56,7 +58,11 @@ def _add_common(p):
     p.add_argument("--mechanism", choices=MECHANISMS, default="poisson-gaussian")
     p.add_argument("--group-size", type=int, default=None, help="group privacy for k records (Poisson sampling)")
     p.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
-    p.add_argument("--method", default=DEFAULT_METHOD, help="accountant (see `jaxdp methods`)")
+    p.add_argument(
+        "--method",
+        default=None,
+        help=f"accountant (see `jaxdp methods`); default {DEFAULT_METHOD!r} ({FALLBACK_METHOD!r} for laplace)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -87,9 +93,7 @@ def _mechanism(args):
         if args.group_size < 1:
             raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
         if args.group_size > 1 or args.q < 1.0:
-            return jaxdp.MixtureOfGaussians.poisson_group(
-                args.sigma, args.q, args.group_size, adjacency=args.adjacency
-            )
+            return jaxdp.MixtureOfGaussians.poisson_group(args.sigma, args.q, args.group_size, adjacency=args.adjacency)
     if args.q == 1.0:
         return jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
     return jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
@@ -105,6 +109,8 @@ def _run(args):
             lines.append(f"{name:<14} certified={str(info.certified).lower():<5} {info.description}")
         return "\n".join(lines), None
     jaxdp._validate.positive("--sigma", args.sigma)
+    if args.method is None:
+        args.method = FALLBACK_METHOD if args.mechanism == "laplace" else DEFAULT_METHOD
     info = jaxdp.method_info(args.method)
     if args.command == "epsilon":
         jaxdp._validate.open_unit("--delta", args.delta)
@@ -122,15 +128,14 @@ def _run(args):
     if not math.isfinite(eps) or not math.isfinite(delta):
         raise ValueError("the accountant returned a non-finite value; check the arguments.")
     upper = None
-    if info.companion is not None:
+    companion = info.companion
+    if companion == DEFAULT_METHOD and args.mechanism == "laplace":
+        companion = FALLBACK_METHOD
+    if companion is not None:
         if args.command == "epsilon":
-            upper = float(
-                jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=args.steps, method=info.companion)
-            )
+            upper = float(jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=args.steps, method=companion))
         else:
-            upper = float(
-                jaxdp.delta_for_epsilon(mech, epsilon=args.epsilon, num_steps=args.steps, method=info.companion)
-            )
+            upper = float(jaxdp.delta_for_epsilon(mech, epsilon=args.epsilon, num_steps=args.steps, method=companion))
     record = {
         "epsilon": eps,
         "delta": delta,
@@ -146,7 +151,7 @@ def _run(args):
     if upper is not None:
         record["estimate"] = eps if args.command == "epsilon" else delta
         record["certified_upper"] = upper
-        record["certified_upper_method"] = info.companion
+        record["certified_upper_method"] = companion
     if args.group_size is not None:
         record["group_size"] = args.group_size
     if args.json:
@@ -163,7 +168,7 @@ def _run(args):
     )
     if upper is not None:
         what = "epsilon" if args.command == "epsilon" else "delta"
-        text += f"\n  certified upper bound on {what} = {upper:.6g} ({info.companion})"
+        text += f"\n  certified upper bound on {what} = {upper:.6g} ({companion})"
     return text, record
 
 
