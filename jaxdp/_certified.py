@@ -30,8 +30,9 @@ included):
    below the lattice is moved up to its first point (rounding the loss up also
    dominates); mass above it is an atom at ``+inf`` (contributes its full
    ``P``-mass to delta: ``sum_i n_i p_inf,i`` bounds the chance that any step
-   hits it).  The lattice covers the output range ``|z| <= 13`` standard
-   deviations around the mechanism's means, so that atom is below 1e-38 per step.
+   hits it).  The lattice covers the output range up to ``z`` noise standard
+   deviations past the mechanism's means, ``z`` chosen so that the atoms add at
+   most ``TAIL_FRACTION = 1e-8`` of the (estimated) delta.
 2. **Tilted-domain composition.**  Each step's lattice pmf ``p`` is multiplied by
    ``exp(t l)`` (``t`` the saddle point of the target epsilon, from
    :mod:`jaxdp._saddlepoint`) and normalised; the composed tilted law is the
@@ -71,11 +72,14 @@ the target (the root outside it, or the dropped masses exceeding delta), the
 certified saddle-point value is used; both are upper bounds, so the smaller
 of the two is returned (likewise for delta(eps)).
 
-Gradients: not supported yet.  The bound is a piecewise-smooth function of the
-noise multiplier and the sampling probability (the lattice and window move in
-steps), and reverse-mode differentiation currently gives NaN through the
-infinite ends of the lattice cells -- never a wrong finite number.  Calibration
-differentiates the estimates and only evaluates this bound.
+Gradients with respect to the noise multiplier and the sampling probability
+flow through the lattice masses, the inversion of the loss (implicitly) and the
+FFT, with the lattice (spacing, range, window) held fixed: they are the
+derivatives of the bound of a fixed dominating lattice pair, within ~1e-4 of
+finite differences of the returned bound (whose lattice moves with the
+parameters).  "Log zero" is a large negative finite number and infinite cell
+ends are clamped at 40 noise deviations (the mass beyond is below the 1e-300
+added to every entry), so gradients stay finite.
 """
 
 from __future__ import annotations
@@ -101,14 +105,19 @@ __all__ = [
 NUM_BINS = 2**18  # FFT window (lattice points of the composed law)
 LATTICE_SIZE = 2**17  # lattice points per step (folded into the window)
 WINDOW_SDS = 8.0  # window half-width in tilted standard deviations
-Z_TAIL = 13.0  # per-step output range, in noise standard deviations
+Z_TAIL = 13.0  # default per-step output range, in noise standard deviations
+TAIL_FRACTION = 1e-8  # the +inf atoms may add at most this fraction of the estimated delta
 NEWTON_MAX_ITER = 60
+FALLBACK_TILT = 1.0  # tilt of the second try when the first window fails
+REFINE_TOL = 1e-2  # re-centre the window when the root moved this far from the estimate
 
 _U = 2.0**-53
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(6)
 _GAMMA4 = 4 * _U / (1 - 4 * _U)
 _FFT_RHO = 4.0 * math.log2(NUM_BINS) * (_U + _GAMMA4 * (math.sqrt(2.0) + _U))
 _TINY = 1e-300
+_NEG = -1e5  # "log 0" that keeps gradients finite (exp underflows to exactly 0)
+_X_FAR = 40.0  # outputs beyond 40 noise deviations carry P-mass < 1e-300 (counted as _TINY)
 _CHERNOFF_STEPS = jnp.array([0.25, 1.0, 4.0, 16.0, 64.0])
 _EPS_NUDGES = jnp.array([1e-12, 1e-9])
 
@@ -220,11 +229,12 @@ def _inverse_log_ratio(m, log_p, c, s):
     Implicitly differentiated (one Newton step with gradients at the root).
     """
     pos = c > 0
-    log_p0 = jax.nn.logsumexp(jnp.where(pos, -jnp.inf, log_p))
-    log_pp = jnp.where(pos, log_p, -jnp.inf)
-    above = m > log_p0
-    tau = m + log1mexp(jnp.minimum(log_p0 - m, 0.0))
-    tau = jnp.where(above, tau, 0.0)
+    log_p = jnp.maximum(log_p, _NEG)
+    log_p0 = jax.nn.logsumexp(jnp.where(pos, _NEG, log_p))
+    log_pp = jnp.where(pos, log_p, _NEG)
+    above = m > log_p0 + 1e-12
+    m_safe = jnp.where(above, m, log_p0 + 1.0)
+    tau = jnp.where(above, m_safe + log1mexp(jnp.minimum(log_p0 - m_safe, 0.0)), 0.0)
     c_safe = jnp.where(pos, c, 1.0)
     s2 = s * s
 
@@ -237,7 +247,7 @@ def _inverse_log_ratio(m, log_p, c, s):
         slope = jnp.sum(jnp.exp(e - lse[..., None]) * c, axis=-1) / s2
         return (lse - tau) / slope
 
-    usable = pos & jnp.isfinite(log_p)
+    usable = pos & (log_p > _NEG)
     starts = jnp.where(usable, (s2 * (tau[..., None] - log_p) + 0.5 * c * c) / c_safe, jnp.inf)
     x0 = jax.lax.stop_gradient(jnp.min(starts, axis=-1))
     consts = jax.lax.stop_gradient((tau, log_pp, c, s2))
@@ -263,20 +273,25 @@ def _inverse_log_ratio(m, log_p, c, s):
     return jax.lax.optimization_barrier(jnp.where(above, x, -jnp.inf))
 
 
+def _clamp_edges(x, c, s):
+    """Cell edges clamped to ``[-_X_FAR s, max c + _X_FAR s]`` (finite, for finite gradients)."""
+    return jnp.clip(x, -_X_FAR * s, jnp.max(c) + _X_FAR * s)
+
+
 class _StepPmf(NamedTuple):
     log_pmf: jax.Array  # (LATTICE_SIZE,) log of the inflated lattice pmf at a + k D
     start: jax.Array  # a
     log_p_inf: jax.Array  # log P-mass of the +inf atom (inflated)
 
 
-def _loss_range(log_p, c, s, direction):
-    """``(lowest, highest)`` loss over the covered output range (``|z| <= Z_TAIL``)."""
+def _loss_range(log_p, c, s, direction, z=Z_TAIL):
+    """``(lowest, highest)`` loss over the covered output range (``z`` noise deviations past the means)."""
     c_max = jnp.max(c)
     if direction == "remove":
-        xs = jnp.stack([-Z_TAIL * s, c_max + Z_TAIL * s])
+        xs = jnp.stack([-z * s, c_max + z * s])
         lo, hi = _log_ratio(xs, log_p, c, s)
         return lo, hi
-    xs = jnp.stack([Z_TAIL * s, -Z_TAIL * s])
+    xs = jnp.stack([z * s, -z * s])
     lo, hi = -_log_ratio(xs, log_p, c, s)
     return lo, hi
 
@@ -295,12 +310,12 @@ def _interval_log_masses(edges, log_p, c, s):
     def body(carry, comp):
         acc, gauss = carry
         lp, ci = comp
-        masses = interval(ci)
+        masses = jnp.maximum(interval(ci), _NEG)
         return (jnp.logaddexp(acc, lp + masses), jnp.where(ci == 0, masses, gauss)), None
 
-    acc0 = jnp.full(edges.shape[0] - 1, -jnp.inf)
-    (mix, gauss), _ = jax.lax.scan(body, (acc0, acc0), (log_p, c))
-    gauss = jax.lax.cond(jnp.any(c == 0), lambda: gauss, lambda: interval(0.0))
+    acc0 = jnp.full(edges.shape[0] - 1, _NEG)
+    (mix, gauss), _ = jax.lax.scan(body, (acc0, acc0), (jnp.maximum(log_p, _NEG), c))
+    gauss = jax.lax.cond(jnp.any(c == 0), lambda: gauss, lambda: jnp.maximum(interval(0.0), _NEG))
     return jax.lax.optimization_barrier((mix, gauss))
 
 
@@ -310,31 +325,31 @@ def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
     k = jnp.arange(LATTICE_SIZE, dtype=jnp.float64)
     ell = start + k * spacing
     if direction == "remove":
-        x = _inverse_log_ratio(ell, log_p, c, s)  # increasing
-        edges = jnp.concatenate([jnp.array([-jnp.inf]), x, jnp.array([jnp.inf])])
+        x = _clamp_edges(_inverse_log_ratio(ell, log_p, c, s), c, s)  # increasing
+        edges = jnp.concatenate([(-_X_FAR * s)[None], x, (jnp.max(c) + _X_FAR * s)[None]])
         log_pm, log_qm = _interval_log_masses(edges, log_p, c, s)
     else:
-        x = _inverse_log_ratio(-ell, log_p, c, s)  # decreasing
-        edges = jnp.concatenate([jnp.array([-jnp.inf]), x[::-1], jnp.array([jnp.inf])])
+        x = _clamp_edges(_inverse_log_ratio(-ell, log_p, c, s), c, s)  # decreasing
+        edges = jnp.concatenate([(-_X_FAR * s)[None], x[::-1], (jnp.max(c) + _X_FAR * s)[None]])
         log_qm, log_pm = _interval_log_masses(edges, log_p, c, s)
         log_pm, log_qm = log_pm[::-1], log_qm[::-1]
     # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
     c_max = jnp.max(c)
-    x_fin = jnp.where(jnp.isfinite(x), x, 0.0)
-    x_edge = jnp.concatenate([jnp.zeros(1), jnp.abs(x_fin)]) + jnp.concatenate([jnp.abs(x_fin), jnp.zeros(1)])
+    x_edge = jnp.concatenate([jnp.zeros(1), jnp.abs(x)]) + jnp.concatenate([jnp.abs(x), jnp.zeros(1)])
     ell_edge = jnp.concatenate([jnp.abs(ell[:1]), jnp.abs(ell)]) + jnp.concatenate([jnp.abs(ell), jnp.abs(ell[-1:])])
-    fin_p = jnp.where(jnp.isfinite(log_pm), jnp.abs(log_pm), 0.0)
-    fin_q = jnp.where(jnp.isfinite(log_qm), jnp.abs(log_qm), 0.0)
-    log_err_rel = jnp.log(16 * _U * (2.0 + fin_p + fin_q + ell_edge + c_max * x_edge / (s * s)))
+    log_err_rel = jnp.log(16 * _U * (2.0 + jnp.abs(log_pm) + jnp.abs(log_qm) + ell_edge + c_max * x_edge / (s * s)))
 
     cells_p = log_pm[1:-1]
     cells_q = log_qm[1:-1]
     left = ell[:-1]
-    lr = jnp.clip(jnp.where(jnp.isfinite(cells_p), cells_q - cells_p + left, 0.0), -spacing, 0.0)
+    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left, 0.0), -spacing, 0.0)
     log_inv = -jnp.log(-jnp.expm1(-spacing))
-    log_a = cells_p - spacing + jnp.log(jnp.expm1(lr + spacing)) + log_inv
-    log_b = cells_p + jnp.log(-jnp.expm1(lr)) + log_inv
-    neg_inf = jnp.full(1, -jnp.inf)
+    xa = lr + spacing  # share of the cell that goes down (0 when lr = -D)
+    xa_ok = xa > 0
+    log_a = cells_p - spacing + jnp.where(xa_ok, jnp.log(jnp.expm1(jnp.where(xa_ok, xa, 1.0))), _NEG) + log_inv
+    xb_ok = lr < 0
+    log_b = cells_p + jnp.where(xb_ok, jnp.log(-jnp.expm1(jnp.where(xb_ok, lr, -1.0))), _NEG) + log_inv
+    neg_inf = jnp.full(1, _NEG)
     log_to_k = jnp.concatenate([log_a, neg_inf])  # a of cell k goes to point k
     log_from_below = jnp.concatenate([neg_inf, log_b])  # b of cell k-1 goes to point k
     log_entry = jnp.logaddexp(log_to_k, log_from_below)
@@ -345,7 +360,7 @@ def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
     log_err = log_err.at[0].set(jnp.logaddexp(log_err[0], log_pm[0] + log_err_rel[0]))
     log_pmf = jnp.logaddexp(log_entry + jnp.log1p(8 * _U), log_err)
     log_pmf = jax.lax.optimization_barrier(jnp.logaddexp(log_pmf, math.log(_TINY)))
-    log_p_inf = log_pm[-1] + jnp.log1p(jnp.exp(log_err_rel[-1]))
+    log_p_inf = jnp.logaddexp(log_pm[-1] + jnp.log1p(jnp.exp(log_err_rel[-1])), math.log(_TINY))
     return _StepPmf(log_pmf, start, log_p_inf)
 
 
@@ -364,26 +379,42 @@ def _parts(comp: Composition):
     return [(m, jnp.asarray(n, jnp.float64)) for m, n in zip(comp.mechanisms, comp.counts)]
 
 
-def _build_window(comp: Composition, direction: str, t) -> _Window:
+def _tail_z(comp: Composition, log_delta_est):
+    """Output range (in noise deviations) so that ``sum_i n_i p_inf,i <= TAIL_FRACTION x delta``.
+
+    Every step's ``P``-mass beyond ``z`` deviations is at most ``Phi(-z) <= exp(-z^2 / 2) / 2``.
+    Only tightness depends on this choice: the +inf atoms are counted in full.
+    """
+    n_total = sum(jnp.asarray(n, jnp.float64) for n in comp.counts)
+    log_tau = log_delta_est + math.log(TAIL_FRACTION) - jnp.log(n_total)
+    return jnp.clip(jnp.sqrt(2.0 * jnp.maximum(-log_tau, 0.0)), 3.0, 40.0)
+
+
+def _build_window(comp: Composition, direction: str, t, log_delta_est) -> _Window:
     """The tilted composed lattice law on a window around its mean (module docstring)."""
     t = jax.lax.stop_gradient(t)
+    z = jax.lax.stop_gradient(_tail_z(comp, log_delta_est))
     parts = _parts(comp)
     _, k1, k2 = jax.lax.stop_gradient(_saddlepoint._k012(comp, direction, t))
     sd = jnp.sqrt(jnp.maximum(k2, 1e-300))
-    ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction)) for m, _ in parts]
-    spacing = 2.0 * WINDOW_SDS * sd / NUM_BINS
+    ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction, z)) for m, _ in parts]
+    offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
+    support = sum(n * (hi - lo) for (_, n), (lo, hi) in zip(parts, ranges))  # composed lattice range
+    # the window needs 2 WINDOW_SDS tilted deviations, and never more than the support
+    spacing = jnp.minimum(2.0 * WINDOW_SDS * sd, support) / NUM_BINS
     for lo, hi in ranges:
         spacing = jnp.maximum(spacing, (hi - lo) / (LATTICE_SIZE - 1))
-    spacing = jnp.maximum(spacing, 1e-12)
-    offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
-    j0 = jnp.floor((k1 - offset) / spacing) - NUM_BINS // 2
+    spacing = jnp.maximum(spacing, 1e-300)
+    width = NUM_BINS * spacing
+    start = jnp.clip(k1 - 0.5 * width, offset, jnp.maximum(offset + support - width, offset))
+    j0 = jnp.floor((start - offset) / spacing)
     ell_start = offset + j0 * spacing
     ell_end = ell_start + NUM_BINS * spacing
     fold = LATTICE_SIZE // NUM_BINS if LATTICE_SIZE >= NUM_BINS else 1
 
     log_spec = 0.0
     log_scale = 0.0
-    log_inf = -jnp.inf
+    log_inf = _NEG
     rel = 0.0
     fft_terms = 0.0
     sum_bound = 0.0
@@ -427,7 +458,7 @@ def _build_window(comp: Composition, direction: str, t) -> _Window:
     bound = 1.01 * bound + _TINY
     shift = jnp.mod(j0, NUM_BINS).astype(jnp.int64)
     y = jnp.roll(y, -shift)
-    y_up = jnp.maximum(y + bound, 0.0)
+    y_up = jnp.maximum(y + bound, _TINY)
     log_y = jnp.log(y_up)
     log_tail = jnp.min(log_chernoff - s_grid * ell_end)
     log_rest = jnp.logaddexp(log_inf, log_tail)
@@ -443,7 +474,7 @@ def _window_log_delta(win: _Window, eps):
     above = gap > 0
     gap_s = jnp.where(above, gap, 1.0)
     terms = win.log_y - win.tilt * gap_s + jnp.log(-jnp.expm1(-gap_s))
-    log_s = jax.nn.logsumexp(jnp.where(above, terms, -jnp.inf), axis=-1)
+    log_s = jax.nn.logsumexp(jnp.where(above, terms, _NEG), axis=-1)
     log_fin = win.log_scale - win.tilt * eps + log_s + win.log_rel + jnp.log1p(4 * _U * NUM_BINS)
     inside = (eps >= win.ell_start) & (eps < win.ell_start + (NUM_BINS - 1) * win.spacing)
     out = jnp.logaddexp(log_fin, win.log_rest)
@@ -453,12 +484,17 @@ def _window_log_delta(win: _Window, eps):
 def certified_terms(comp: Composition, direction: str, epsilon) -> CertifiedResult:
     """Certified delta at ``epsilon`` with its pieces (one direction)."""
     epsilon = jnp.asarray(epsilon, jnp.float64)
-    t = _saddlepoint.saddle_point(comp, direction, epsilon)
-    win = _build_window(comp, direction, t)
+    sp = _saddlepoint.saddlepoint_terms(comp, direction, epsilon)
+    win = _build_window(comp, direction, sp.saddle_point, sp.log_delta)
     log_delta, log_fin = _window_log_delta(win, epsilon)
-    log_sp = _saddlepoint.log_delta_saddlepoint_upper(comp, direction, epsilon)
     return CertifiedResult(
-        t, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, jnp.minimum(log_delta, log_sp)
+        sp.saddle_point,
+        win.spacing,
+        log_delta,
+        log_fin,
+        win.log_rest,
+        win.log_fft_error,
+        jnp.minimum(log_delta, sp.log_delta_upper),
     )
 
 
@@ -496,9 +532,11 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
     count = jnp.sum(jnp.log(jnp.maximum(d, 1e-300)) >= log_t_scaled)
     found = ok_rest & (count >= 1) & (count <= NUM_BINS - 2)
     r_star = jnp.clip(count - 1, 0, NUM_BINS - 2)
-    la = jnp.log(a1[r_star])
-    lb = jnp.log(b1[r_star])
-    eps = ref + log_sub_exp(la, jnp.minimum(log_t_scaled, la)) - lb
+    la = jnp.log(jnp.maximum(a1[r_star], 1e-300))
+    lb = jnp.log(jnp.maximum(b1[r_star], 1e-300))
+    gap_ok = found & (log_t_scaled < la - 1e-12)
+    lt = jnp.where(gap_ok, log_t_scaled, la - 1.0)
+    eps = ref + log_sub_exp(la, lt) - lb
     eps = jnp.clip(eps, ell[r_star], ell[r_star + 1])
     cands = eps + _EPS_NUDGES * (1.0 + jnp.abs(eps))
     log_ds, _ = _window_log_delta(win, cands)
@@ -508,10 +546,35 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
 
 
 def epsilon_certified(comp, direction, log_delta):
-    """Certified epsilon: the certified delta at it is at most ``exp(log_delta)``."""
-    eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
-    t = _saddlepoint.saddle_point(comp, direction, eps0)
-    win = _build_window(comp, direction, t)
-    eps = _window_epsilon(win, log_delta, eps0)
+    """Certified epsilon: the certified delta at it is at most ``exp(log_delta)``.
+
+    The window is tilted at the saddle point of the saddle-point estimate; where
+    that fails or the root lands more than ``REFINE_TOL`` (relative) away from the
+    estimate (a few steps with a tiny sampling rate, where the estimate is poor),
+    the window is rebuilt at the root's saddle point and at the moderate tilt
+    ``FALLBACK_TILT``, and solved again.  Every candidate is a verified upper
+    bound, so the smallest is returned.
+    """
+
+    def solve(t, eps_ref):
+        win = _build_window(comp, direction, t, log_delta)
+        return _window_epsilon(win, log_delta, eps_ref)
+
+    def at(eps_ref):
+        return solve(_saddlepoint.saddle_point(comp, direction, eps_ref), eps_ref)
+
+    def never(*_):
+        return jnp.asarray(jnp.inf, jnp.float64)
+
     eps_sp = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
-    return jnp.maximum(jnp.minimum(eps, eps_sp), 0.0)
+    eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
+    eps1 = at(eps0)
+    best = jnp.minimum(eps1, eps_sp)
+    ref = jax.lax.stop_gradient(best)
+    far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
+    eps2 = jax.lax.cond(far & jnp.isfinite(eps1), at, never, ref)
+    # the window failed or moved far from the estimate (a spike-and-slab law -- few steps,
+    # tiny q -- where the continuous saddle point can tilt far too hard): a moderate tilt too
+    retry = far | ~jnp.isfinite(eps1)
+    eps3 = jax.lax.cond(retry, lambda e: solve(jnp.float64(FALLBACK_TILT), e), never, ref)
+    return jnp.maximum(jnp.minimum(jnp.minimum(best, eps2), eps3), 0.0)

@@ -35,6 +35,8 @@ class AccountantConformance:
     subsampled: bool = True
     steps: int = 500
     delta: float = 1e-5
+    #: checks too slow to compile for this accountant in the default run (``-m slow`` runs them)
+    slow_checks: frozenset = frozenset()
 
     def make(self, sigma, q):
         if self.subsampled:

@@ -6,6 +6,7 @@ tests exercise exactly that.  Tests that need float64 *inputs* (finite
 differences, vmapped parameter arrays) build them inside ``_helpers.x64()``.
 """
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -17,3 +18,12 @@ settings.register_profile(
     derandomize=True,
 )
 settings.load_profile("jaxdp")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Marks the conformance checks a class lists in ``slow_checks`` as slow (run with ``-m slow``)."""
+    for item in items:
+        slow = getattr(item.cls, "slow_checks", ()) if item.cls is not None else ()
+        if getattr(item, "originalname", item.name) in slow:
+            item.add_marker(pytest.mark.slow)

@@ -76,9 +76,24 @@ def test_bad_input_exit_2_one_line(capsys, argv, fragment):
 
 def test_console_entry_point_runs():
     out = subprocess.run(
-        [sys.executable, "-m", "jaxdp", "epsilon", "--sigma", "1.0", "--q", "0.01", "--steps", "100",
-         "--delta", "1e-5", "--json"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "jaxdp",
+            "epsilon",
+            "--sigma",
+            "1.0",
+            "--q",
+            "0.01",
+            "--steps",
+            "100",
+            "--delta",
+            "1e-5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert KEYS <= set(json.loads(out.stdout))
 
