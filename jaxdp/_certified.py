@@ -109,7 +109,7 @@ Z_TAIL = 13.0  # default per-step output range, in noise standard deviations
 TAIL_FRACTION = 1e-8  # the +inf atoms may add at most this fraction of the estimated delta
 NEWTON_MAX_ITER = 60
 FALLBACK_TILT = 1.0  # tilt of the second try when the first window fails
-REFINE_TOL = 1e-2  # re-centre the window when the root moved this far from the estimate
+REFINE_TOL = 5e-2  # re-centre the window when the root moved this far from the estimate
 
 _U = 2.0**-53
 _GL_X, _GL_W = np.polynomial.legendre.leggauss(6)
@@ -539,10 +539,13 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
     eps = ref + log_sub_exp(la, lt) - lb
     eps = jnp.clip(eps, ell[r_star], ell[r_star + 1])
     cands = eps + _EPS_NUDGES * (1.0 + jnp.abs(eps))
+    # eps = 0 first: the bound may already hold there (then the solve has no root)
+    cands = jnp.concatenate([jnp.zeros(1), cands])
     log_ds, _ = _window_log_delta(win, cands)
     passed = log_ds <= log_delta
     first = jnp.argmax(passed)
-    return jnp.where(jnp.any(passed) & found, cands[first], jnp.inf)
+    ok = passed[0] | (jnp.any(passed) & found)
+    return jnp.where(ok, cands[first], jnp.inf)
 
 
 def epsilon_certified(comp, direction, log_delta):
