@@ -113,13 +113,13 @@ def epsilon_rows(lines, worst, peers):
             f"{got:.6f} | {_rel(got, ref)} | {'yes' if got >= ref - tol else 'NO'} | {sec * 1e3:.0f} | "
             f"{'—' if pld is None else f'{pld:.6f}'} | {_rel(pld, ref)} | "
             f"{'—' if pld_s is None else f'{pld_s:.2f}'}{'' if pld_err in (None,) else f' ({pld_err})'} | "
-            f"{'—' if ratio is None else f'{ratio:.0f}x'} |"
+            f"{'—' if ratio is None else f'{ratio:.1f}x'} |"
         )
     lines.append("")
     if ratios:
         lines.append(
-            f"Speed vs dp_accounting PLD (1e-4): median {statistics.median(ratios):.0f}x, "
-            f"min {min(ratios):.0f}x, max {max(ratios):.0f}x over {len(ratios)} rows."
+            f"Speed vs dp_accounting PLD (1e-4): median {statistics.median(ratios):.1f}x, "
+            f"min {min(ratios):.1f}x, max {max(ratios):.1f}x over {len(ratios)} rows."
         )
         lines.append("")
 
