@@ -24,6 +24,7 @@ settings.load_profile("jaxdp")
 def pytest_collection_modifyitems(config, items):
     """Marks the conformance checks a class lists in ``slow_checks`` as slow (run with ``-m slow``)."""
     for item in items:
-        slow = getattr(item.cls, "slow_checks", ()) if item.cls is not None else ()
+        cls = getattr(item, "cls", None)  # doctest items have none
+        slow = getattr(cls, "slow_checks", ()) if cls is not None else ()
         if getattr(item, "originalname", item.name) in slow:
             item.add_marker(pytest.mark.slow)
