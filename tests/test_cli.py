@@ -105,3 +105,18 @@ def test_characteristic_json_reports_the_certified_companion(capsys):
     # reference oracle: 7.750759 (tests/reference_values.py)
     assert out["epsilon"] == pytest.approx(7.750759124755859, rel=1e-4)
     assert out["certified_upper"] >= out["epsilon"]
+
+
+def test_certified_is_the_default_and_says_so(capsys):
+    out = _json(capsys, "epsilon --sigma 0.65 --q 0.01 --steps 2000 --delta 1e-5 --json".split())
+    assert out["method"] == "certified" and out["certified"] is True
+    # reference oracle 7.750759 (tests/reference_values.py): never below, within 5e-4
+    assert 7.750759124755859 - 1e-5 <= out["epsilon"] <= 7.750759124755859 * (1 + 5e-4)
+    argv = "epsilon --sigma 0.65 --q 0.01 --steps 2000 --delta 1e-5 --method certified --json"
+    explicit = _json(capsys, argv.split())
+    assert explicit["epsilon"] == out["epsilon"]
+
+
+def test_laplace_defaults_to_the_certified_saddle_point(capsys):
+    out = _json(capsys, "epsilon --sigma 1 --steps 10 --delta 1e-5 --mechanism laplace --json".split())
+    assert out["method"] == "saddlepoint-certified" and out["certified"] is True
