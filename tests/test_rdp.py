@@ -38,7 +38,9 @@ def test_psg_rdp_at_fractional_orders_is_exact_and_no_looser_than_dp_accounting(
     want = _dp_rdp(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), orders)
     got = np.asarray(jaxdp.renyi_dp(jaxdp.PoissonSubsampledGaussian(1.0, 0.01), orders=orders))
     assert np.all(got <= want * (1 + 1e-8))
-    exact = [float(mixture_cgf(a - 1, 1.0, [0, 1], [1 - mp.mpf("0.01"), mp.mpf("0.01")]) / (a - 1)) for a in orders]
+    exact = [
+        float(mixture_cgf(a - 1, 1.0, [0, 1], [1 - mp.mpf("0.01"), mp.mpf("0.01")]) / (a - 1)) for a in orders
+    ]
     np.testing.assert_allclose(got, exact, rtol=1e-10)
 
 
