@@ -15,11 +15,9 @@ On this machine, in one process:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -28,24 +26,9 @@ sys.path.insert(0, HERE)
 import _peers  # noqa: E402
 import reference_values  # noqa: E402
 from _helpers import mechanism_for_row  # noqa: E402
-from _timing import median_time  # noqa: E402
+from _timing import median_time, rel, timed  # noqa: E402
 
 import jaxdp  # noqa: E402
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    try:
-        value = fn()
-    except Exception as err:  # the peers raise at small delta; record it
-        return None, time.perf_counter() - t0, type(err).__name__
-    return value, time.perf_counter() - t0, None
-
-
-def _rel(x, ref):
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return f"{(x - ref) / ref:+.1e}"
 
 
 def delta_rows(lines, worst):
@@ -67,9 +50,9 @@ def delta_rows(lines, worst):
         worst["delta"] = max(worst["delta"], abs(got / ref - 1))
         worst["delta_ms"] = max(worst["delta_ms"], sec * 1e3)
         lines.append(
-            f"| {row['case']} | {row['epsilon']:g} | {ref:.6e} | {got:.6e} | {_rel(got, ref)} | "
+            f"| {row['case']} | {row['epsilon']:g} | {ref:.6e} | {got:.6e} | {rel(got, ref)} | "
             f"{'yes' if got >= ref * (1 - 1e-5) else 'NO'} | {pld if pld is None else f'{pld:.6e}'} | "
-            f"{_rel(pld, ref)} | {sec * 1e3:.0f} |"
+            f"{rel(pld, ref)} | {sec * 1e3:.0f} |"
         )
     lines.append("")
 
@@ -99,7 +82,7 @@ def epsilon_rows(lines, worst, peers):
         worst[key] = max(worst[key], sec * 1e3)
         pld, pld_s, pld_err = (None, None, "skipped")
         if peers and row["mechanism"] != "poisson_gaussian_group":
-            pld, pld_s, pld_err = _timed(
+            pld, pld_s, pld_err = timed(
                 lambda row=row: _peers.dp_accounting_pld_epsilon(row["sigma"], row["q"], row["steps"], row["delta"])
             )
         elif row.get("dp_accounting_pld") is not None:
@@ -110,8 +93,8 @@ def epsilon_rows(lines, worst, peers):
         print(row["case"], got, sec, pld, pld_s, file=sys.stderr, flush=True)
         lines.append(
             f"| {row['case']} | {row.get('group_size', 1)} | {row['steps']} | {row['delta']:g} | {ref:.6f} | "
-            f"{got:.6f} | {_rel(got, ref)} | {'yes' if got >= ref - tol else 'NO'} | {sec * 1e3:.0f} | "
-            f"{'—' if pld is None else f'{pld:.6f}'} | {_rel(pld, ref)} | "
+            f"{got:.6f} | {rel(got, ref)} | {'yes' if got >= ref - tol else 'NO'} | {sec * 1e3:.0f} | "
+            f"{'—' if pld is None else f'{pld:.6f}'} | {rel(pld, ref)} | "
             f"{'—' if pld_s is None else f'{pld_s:.2f}'}{'' if pld_err in (None,) else f' ({pld_err})'} | "
             f"{'—' if ratio is None else f'{ratio:.1f}x'} |"
         )
@@ -161,7 +144,7 @@ def stress(lines, peers):
             if not peers or steps > 20000:  # the peers' grids outgrow this machine's memory there
                 cells.append("skipped")
                 continue
-            v, s, err = _timed(fn)
+            v, s, err = timed(fn)
             cells.append(err if err else f"{v:.6g} ({s:.1f} s)")
         print(note, got, sec, cells, file=sys.stderr, flush=True)
         lines.append(

@@ -15,11 +15,9 @@ On this machine, in one process:
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import statistics
 import sys
-import time
 
 import jax
 
@@ -30,24 +28,9 @@ sys.path.insert(0, HERE)
 import _peers  # noqa: E402
 import reference_values  # noqa: E402
 from _helpers import mechanism_for_row  # noqa: E402
-from _timing import median_time  # noqa: E402
+from _timing import median_time, rel, timed  # noqa: E402
 
 import jaxdp  # noqa: E402
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    try:
-        value = fn()
-    except Exception as err:  # the peers raise at small delta; record it
-        return None, time.perf_counter() - t0, type(err).__name__
-    return value, time.perf_counter() - t0, None
-
-
-def _rel(x, ref):
-    if x is None or not math.isfinite(x):
-        return "n/a"
-    return f"{(x - ref) / ref:+.1e}"
 
 
 def _fmt(x, spec=".6g"):
@@ -70,9 +53,9 @@ def delta_rows(lines):
         )
         worst = max(worst, abs(cf - r["delta"]) / r["delta"])
         lines.append(
-            f"| {r['case']} | {r['epsilon']} | {r['delta']:.4e} | {cf:.4e} | {_rel(cf, r['delta'])} | {real:.3e} "
-            f"| {_rel(real, r['delta'])} | {_rel(r.get('dp_accounting_pld'), r['delta'])} "
-            f"| {_rel(r.get('prv_accountant'), r['delta'])} |"
+            f"| {r['case']} | {r['epsilon']} | {r['delta']:.4e} | {cf:.4e} | {rel(cf, r['delta'])} | {real:.3e} "
+            f"| {rel(real, r['delta'])} | {rel(r.get('dp_accounting_pld'), r['delta'])} "
+            f"| {rel(r.get('prv_accountant'), r['delta'])} |"
         )
     lines += ["", f"Worst characteristic relative delta error: {worst:.1e} (target <= 1e-3).", ""]
     lines += [
@@ -111,14 +94,14 @@ def epsilon_rows(lines, peers):
         t_pld = t_prv = t_fine = None
         err_prv = None
         if peers and r["mechanism"] == "poisson_gaussian":
-            pld, t_pld, _ = _timed(
+            pld, t_pld, _ = timed(
                 lambda r=r: _peers.dp_accounting_pld_epsilon(r["sigma"], r["q"], r["steps"], r["delta"])
             )
-            fine, t_fine, _ = _timed(
+            fine, t_fine, _ = timed(
                 lambda r=r: _peers.dp_accounting_pld_epsilon(r["sigma"], r["q"], r["steps"], r["delta"], 1e-5)
             )
             ratios_fine.append(t_fine / t)
-            prv, t_prv, err_prv = _timed(
+            prv, t_prv, err_prv = timed(
                 lambda r=r: _peers.prv_accountant_epsilon(r["sigma"], r["q"], r["steps"], r["delta"])
             )
             ratios_pld.append(t_pld / t)
@@ -127,12 +110,12 @@ def epsilon_rows(lines, peers):
         k = r.get("group_size")
         name = r["case"] + (f" (k={k})" if k else "")
         lines.append(
-            f"| {name} | {r['steps']} | {r['delta']:.0e} | {r['epsilon']:.6f} | {_rel(cf, r['epsilon'])} "
-            f"| {_rel(real, r['epsilon'])} | {t * 1e3:.1f} | {_rel(pld, r['epsilon'])} | {_fmt(t_pld, '.3f')} "
+            f"| {name} | {r['steps']} | {r['delta']:.0e} | {r['epsilon']:.6f} | {rel(cf, r['epsilon'])} "
+            f"| {rel(real, r['epsilon'])} | {t * 1e3:.1f} | {rel(pld, r['epsilon'])} | {_fmt(t_pld, '.3f')} "
             f"| {_fmt(None if t_pld is None else t_pld / t, '.0f')} "
-            f"| {_rel(fine, r['epsilon'])} | {_fmt(t_fine, '.2f')} "
+            f"| {rel(fine, r['epsilon'])} | {_fmt(t_fine, '.2f')} "
             f"| {_fmt(None if t_fine is None else t_fine / t, '.0f')} "
-            f"| {err_prv or _rel(prv, r['epsilon'])} | {_fmt(t_prv, '.2f')} "
+            f"| {err_prv or rel(prv, r['epsilon'])} | {_fmt(t_prv, '.2f')} "
             f"| {_fmt(None if (t_prv is None or prv is None) else t_prv / t, '.0f')} |"
         )
     lines += [
