@@ -238,10 +238,7 @@ def _inverse_log_ratio(m, log_p, c, s):
     c_safe = jnp.where(pos, c, 1.0)
     s2 = s * s
 
-    def log_s(x):
-        return jax.nn.logsumexp(log_pp + (c * x[..., None] - 0.5 * c * c) / s2, axis=-1)
-
-    def newton_step(x):
+    def newton_step(x, tau, log_pp, c, s2):
         e = log_pp + (c * x[..., None] - 0.5 * c * c) / s2
         lse = jax.nn.logsumexp(e, axis=-1)
         slope = jnp.sum(jnp.exp(e - lse[..., None]) * c, axis=-1) / s2
@@ -258,18 +255,15 @@ def _inverse_log_ratio(m, log_p, c, s):
 
     def body(state):
         i, x, _ = state
-        tau_, log_pp_, c_, s2_ = consts
-        e = log_pp_ + (c_ * x[..., None] - 0.5 * c_ * c_) / s2_
-        lse = jax.nn.logsumexp(e, axis=-1)
-        slope = jnp.sum(jnp.exp(e - lse[..., None]) * c_, axis=-1) / s2_
-        dx = (lse - tau_) / slope
+        dx = newton_step(x, *consts)
         dx = jnp.where(jnp.abs(dx) <= 4 * _U * (1.0 + jnp.abs(x)), 0.0, dx)
         return i + 1, x - dx, jnp.max(jnp.abs(dx))
 
     _, x_star, _ = jax.lax.while_loop(cond, body, (0, x0, jnp.float64(1.0)))
     x_star = jax.lax.stop_gradient(x_star)
-    del log_s
-    x = x_star - newton_step(x_star) + jax.lax.stop_gradient(newton_step(x_star))
+    # one Newton step with gradients at the root: the implicit derivative
+    step = newton_step(x_star, tau, log_pp, c, s2)
+    x = x_star - step + jax.lax.stop_gradient(step)
     return jax.lax.optimization_barrier(jnp.where(above, x, -jnp.inf))
 
 
