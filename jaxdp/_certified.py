@@ -31,15 +31,17 @@ included):
    dominates); mass above it is an atom at ``+inf`` (contributes its full
    ``P``-mass to delta: ``sum_i n_i p_inf,i`` bounds the chance that any step
    hits it).  The lattice covers the output range up to ``z`` noise standard
-   deviations past the mechanism's means, ``z`` chosen so that the atoms add at
-   most ``TAIL_FRACTION = 1e-8`` of the (estimated) delta.
+   deviations past the mechanism's means (fewer for a rare mixture component:
+   ``z_i`` with ``p_i exp(-z_i^2 / 2) = exp(-z^2 / 2) / K``), ``z`` chosen so that
+   the atoms add at most ``TAIL_FRACTION = 1e-8`` of the (estimated) delta.
 2. **Tilted-domain composition.**  Each step's lattice pmf ``p`` is multiplied by
    ``exp(t l)`` (``t`` the saddle point of the target epsilon, from
    :mod:`jaxdp._saddlepoint`) and normalised; the composed tilted law is the
    inverse real FFT of ``prod_i rfft(p~_i)^{n_i}`` (powers in log-polar form),
-   over a window of ``NUM_BINS`` lattice points centred on its mean
-   ``K'(t)`` and ``2 x WINDOW_SDS`` tilted standard deviations wide (or wider,
-   when a step's own loss range needs it).  Untilting:
+   over a window of ``NUM_BINS`` lattice points from ``WINDOW_SDS_BELOW`` tilted
+   standard deviations below its mean ``K'(t)`` (about the target epsilon) to
+   ``WINDOW_SDS_ABOVE`` above it (or wider, when a step's own loss range needs
+   a coarser lattice).  Untilting:
    ``delta_fin(eps) = exp(sum_i n_i log Z_i - t eps) sum_{l > eps} p~_n(l) e^{-t (l - eps)} (1 - e^{eps - l})``,
    in log space, so its relative accuracy survives at delta = 1e-15 and far below.
 3. **Dropped mass, bounded.**  The FFT computes the composition *cyclically*:
@@ -48,8 +50,12 @@ included):
    so the folded law is an upper bound on every point inside the window; only
    the mass *above* the window is lost, and it is bounded by the Chernoff bound
    ``P(L_n >= l_end) <= exp(sum_i n_i K_i(s) - s l_end)`` on the discrete pmf,
-   minimised over a grid of ``s > t``, and added to delta (weight 1).  Nothing
-   below the window matters (``eps`` lies inside it).
+   minimised over a grid of ``s > t``, and added to delta (weight 1).  Mass
+   below the window folds *up* into it: it is counted, at a larger loss than
+   its own, so it only loosens the bound -- by a negligible amount, since it
+   is a far tilted tail and lands where ``e^{-t (l - eps)}`` is small.  That is
+   why the window can sit asymmetrically around the target (4 deviations
+   below, 6 above) and the lattice be finer for the same ``NUM_BINS``.
 4. **Floating point.**  The model: ``exp``, ``log``, ``log1p``, ``expm1`` and
    ``log_ndtr`` are accurate to a few ulp; the FFT obeys Higham's bound
    (*Accuracy and Stability of Numerical Algorithms*, Thm. 24.2)
@@ -102,13 +108,15 @@ __all__ = [
     "log_delta_certified",
 ]
 
-NUM_BINS = 2**18  # FFT window (lattice points of the composed law)
-LATTICE_SIZE = 2**17  # lattice points per step (folded into the window)
-WINDOW_SDS = 8.0  # window half-width in tilted standard deviations
+NUM_BINS = 2**19  # FFT window (lattice points of the composed law)
+LATTICE_SIZE = 2**17  # lattice points per step (zero-padded, or folded, to the window)
+WINDOW_SDS_BELOW = 4.0  # the window starts this many tilted standard deviations below the tilted mean
+WINDOW_SDS_ABOVE = 6.0  # and ends this many above it
 Z_TAIL = 13.0  # default per-step output range, in noise standard deviations
 TAIL_FRACTION = 1e-8  # the +inf atoms may add at most this fraction of the estimated delta
 NEWTON_MAX_ITER = 60
-FALLBACK_TILT = 1.0  # tilt of the second try when the first window fails
+FALLBACK_TILT = 1.0  # a moderate tilt tried too when the first window fails
+TILT_FACTORS = np.array([1.0, 1.5, 2.25, 3.4, 8.0, 16.0])  # retried tilts, times the saddle point of the root
 REFINE_TOL = 5e-2  # re-centre the window when the root moved this far from the estimate
 
 _U = 2.0**-53
@@ -118,7 +126,8 @@ _FFT_RHO = 4.0 * math.log2(NUM_BINS) * (_U + _GAMMA4 * (math.sqrt(2.0) + _U))
 _TINY = 1e-300
 _NEG = -1e5  # "log 0" that keeps gradients finite (exp underflows to exactly 0)
 _X_FAR = 40.0  # outputs beyond 40 noise deviations carry P-mass < 1e-300 (counted as _TINY)
-_CHERNOFF_STEPS = jnp.array([0.25, 1.0, 4.0, 16.0, 64.0])
+_CHERNOFF_STEPS = jnp.array([0.25, 1.0, 2.0, 4.0, 6.0, 16.0, 64.0])  # s - t, in 1 / (tilted deviation)
+_CHERNOFF_ABS = jnp.array([16.0, 128.0, 1024.0, 8192.0])  # and absolute s (a few steps of a tiny q: bimodal laws)
 _EPS_NUDGES = jnp.array([1e-12, 1e-9])
 
 
@@ -273,16 +282,19 @@ def _clamp_edges(x, c, s):
 
 
 class _StepPmf(NamedTuple):
-    log_pmf: jax.Array  # (LATTICE_SIZE,) log of the inflated lattice pmf at a + k D
+    log_pmf: jax.Array  # (lattice size,) log of the inflated lattice pmf at a + k D
     start: jax.Array  # a
     log_p_inf: jax.Array  # log P-mass of the +inf atom (inflated)
 
 
 def _loss_range(log_p, c, s, direction, z=Z_TAIL):
-    """``(lowest, highest)`` loss over the covered output range (``z`` noise deviations past the means)."""
-    c_max = jnp.max(c)
+    """``(lowest, highest)`` loss over the covered output range (``P``-mass ``<= exp(-z^2 / 2) / 2`` beyond it)."""
     if direction == "remove":
-        xs = jnp.stack([-z * s, c_max + z * s])
+        # P is the mixture: component i is covered to z_i deviations with p_i exp(-z_i^2 / 2) = exp(-z^2 / 2) / K,
+        # so the P-mass above is at most exp(-z^2 / 2) (rarer components need fewer deviations)
+        k = log_p.shape[0]
+        z_i = jnp.sqrt(jnp.maximum(z * z + 2.0 * (jnp.maximum(log_p, _NEG) + math.log(k)), 0.0))
+        xs = jnp.stack([-z * s, jnp.max(c + z_i * s)])
         lo, hi = _log_ratio(xs, log_p, c, s)
         return lo, hi
     xs = jnp.stack([z * s, -z * s])
@@ -313,10 +325,16 @@ def _interval_log_masses(edges, log_p, c, s):
     return jax.lax.optimization_barrier((mix, gauss))
 
 
+def _lattice_size(mech) -> int:
+    """Lattice points of one step (static)."""
+    del mech  # one size serves every mechanism (a larger one for groups: 2x the time for ~3e-7 in eps)
+    return LATTICE_SIZE
+
+
 def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
     """Inflated connect-the-dots lattice pmf of one step (see the module docstring)."""
     log_p, c, s = _mixture_of(mech)
-    k = jnp.arange(LATTICE_SIZE, dtype=jnp.float64)
+    k = jnp.arange(_lattice_size(mech), dtype=jnp.float64)
     ell = start + k * spacing
     if direction == "remove":
         x = _clamp_edges(_inverse_log_ratio(ell, log_p, c, s), c, s)  # increasing
@@ -394,17 +412,16 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est) -> _Windo
     ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction, z)) for m, _ in parts]
     offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
     support = sum(n * (hi - lo) for (_, n), (lo, hi) in zip(parts, ranges))  # composed lattice range
-    # the window needs 2 WINDOW_SDS tilted deviations, and never more than the support
-    spacing = jnp.minimum(2.0 * WINDOW_SDS * sd, support) / NUM_BINS
-    for lo, hi in ranges:
-        spacing = jnp.maximum(spacing, (hi - lo) / (LATTICE_SIZE - 1))
+    # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
+    spacing = jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / NUM_BINS
+    for (mech, _), (lo, hi) in zip(parts, ranges):
+        spacing = jnp.maximum(spacing, (hi - lo) / (_lattice_size(mech) - 1))
     spacing = jnp.maximum(spacing, 1e-300)
     width = NUM_BINS * spacing
-    start = jnp.clip(k1 - 0.5 * width, offset, jnp.maximum(offset + support - width, offset))
+    start = jnp.clip(k1 - WINDOW_SDS_BELOW * sd, offset, jnp.maximum(offset + support - width, offset))
     j0 = jnp.floor((start - offset) / spacing)
     ell_start = offset + j0 * spacing
     ell_end = ell_start + NUM_BINS * spacing
-    fold = LATTICE_SIZE // NUM_BINS if LATTICE_SIZE >= NUM_BINS else 1
 
     log_spec = 0.0
     log_scale = 0.0
@@ -414,17 +431,19 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est) -> _Windo
     sum_bound = 0.0
     log_chernoff = 0.0
     pow_terms = 0.0
-    kd = jnp.arange(LATTICE_SIZE, dtype=jnp.float64) * spacing
-    s_grid = t + _CHERNOFF_STEPS / sd
+    s_grid = jnp.concatenate([t + _CHERNOFF_STEPS / sd, _CHERNOFF_ABS])  # any s >= 0 gives a valid bound
     for (mech, n), (lo, _) in zip(parts, ranges):
+        size = _lattice_size(mech)
+        fold = size // NUM_BINS if size >= NUM_BINS else 1
+        kd = jnp.arange(size, dtype=jnp.float64) * spacing
         pmf = _step_pmf(mech, direction, lo, spacing)
         tilted = pmf.log_pmf + t * kd
         log_z = jax.nn.logsumexp(tilted)
         v = jnp.exp(tilted - log_z)
-        if LATTICE_SIZE >= NUM_BINS:
+        if size >= NUM_BINS:
             v = v.reshape(fold, NUM_BINS).sum(axis=0)
         else:
-            v = jnp.zeros(NUM_BINS).at[:LATTICE_SIZE].set(v)
+            v = jnp.zeros(NUM_BINS).at[:size].set(v)
         rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
         total = jnp.sum(v)
         norm2 = jnp.sqrt(jnp.sum(v * v))
@@ -545,33 +564,39 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
 def epsilon_certified(comp, direction, log_delta):
     """Certified epsilon: the certified delta at it is at most ``exp(log_delta)``.
 
-    The window is tilted at the saddle point of the saddle-point estimate; where
-    that fails or the root lands more than ``REFINE_TOL`` (relative) away from the
-    estimate (a few steps with a tiny sampling rate, where the estimate is poor),
-    the window is rebuilt at the root's saddle point and at the moderate tilt
-    ``FALLBACK_TILT``, and solved again.  Every candidate is a verified upper
-    bound, so the smallest is returned.
+    The window is tilted at the saddle point of the saddle-point estimate of
+    epsilon.  Where that fails, or the root lands more than ``REFINE_TOL``
+    (relative) away from the estimate -- a few steps with a tiny sampling rate,
+    whose bimodal "spike and slab" law the continuous saddle point places
+    poorly -- the window is rebuilt at ``TILT_FACTORS`` times the saddle point of
+    the root and at ``FALLBACK_TILT``, and solved again.  Every candidate is a
+    verified upper bound, so the smallest is returned.
     """
 
     def solve(t, eps_ref):
         win = _build_window(comp, direction, t, log_delta)
         return _window_epsilon(win, log_delta, eps_ref)
 
-    def at(eps_ref):
-        return solve(_saddlepoint.saddle_point(comp, direction, eps_ref), eps_ref)
+    def search(eps_ref):
+        # the tilts are compared without gradients (a failed one may have non-finite partials);
+        # the best is solved again, differentiably
+        t_ref = jax.lax.stop_gradient(_saddlepoint.saddle_point(comp, direction, eps_ref))
+        tilts = jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
+        frozen = jax.lax.stop_gradient(comp)
+        eps = jax.lax.map(
+            lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta), log_delta, eps_ref), tilts
+        )
+        best = jnp.argmin(eps)
+        return jnp.where(jnp.isfinite(eps[best]), solve(tilts[best], eps_ref), jnp.inf)
 
-    def never(*_):
+    def never(_):
         return jnp.asarray(jnp.inf, jnp.float64)
 
     eps_sp = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
     eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
-    eps1 = at(eps0)
+    eps1 = solve(_saddlepoint.saddle_point(comp, direction, eps0), eps0)
     best = jnp.minimum(eps1, eps_sp)
-    ref = jax.lax.stop_gradient(best)
+    ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, eps0))
     far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
-    eps2 = jax.lax.cond(far & jnp.isfinite(eps1), at, never, ref)
-    # the window failed or moved far from the estimate (a spike-and-slab law -- few steps,
-    # tiny q -- where the continuous saddle point can tilt far too hard): a moderate tilt too
-    retry = far | ~jnp.isfinite(eps1)
-    eps3 = jax.lax.cond(retry, lambda e: solve(jnp.float64(FALLBACK_TILT), e), never, ref)
-    return jnp.maximum(jnp.minimum(jnp.minimum(best, eps2), eps3), 0.0)
+    eps2 = jax.lax.cond(far | ~jnp.isfinite(eps1), search, never, ref)
+    return jnp.maximum(jnp.minimum(best, eps2), 0.0)

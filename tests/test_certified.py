@@ -104,8 +104,11 @@ def test_reference_epsilon_rows(row):
     assert got >= row["epsilon"] - ref_tol
     assert got <= row["epsilon"] * (1 + 5e-4)
     if row.get("dp_accounting_pld") is not None:
-        # no looser than the peer's proven bound, up to 3e-6 relative (psg_0.65, 2000 steps: +2.1e-6)
-        assert got <= row["dp_accounting_pld"] * (1 + 3e-6) + ref_tol
+        # no looser than the peer's proven bound.  Group rows: up to 5e-7 relative (measured
+        # +2.6e-7, +4.2e-7, +5.5e-8 for k = 4, 8 (sigma 1) and 16 (sigma 2), where the per-step loss
+        # range of the mixture sets the lattice); every other row is tighter than the peer.
+        slack = 5e-7 if row["mechanism"] == "poisson_gaussian_group" else 1e-8
+        assert got <= row["dp_accounting_pld"] * (1 + slack)
 
 
 # -- closed-form Gaussian ---------------------------------------------------------------------
@@ -153,8 +156,25 @@ def test_never_looser_than_dp_accounting_pld():
                 jaxdp.PoissonSubsampledGaussian(sigma, q), delta=delta, num_steps=steps, method="characteristic"
             )
         )
-        # the estimate is good to ~1e-6; no looser than the peer's bound up to 3e-6 relative
-        assert est * (1 - 1e-6) <= got <= peer * (1 + 3e-6)
+        # the estimate is good to ~1e-6; no looser than the peer's bound (measured -5.3e-7 and -7.4e-9)
+        assert est * (1 - 1e-6) <= got <= peer * (1 + 1e-8)
+
+
+@pytest.mark.slow
+def test_few_steps_of_a_tiny_q_against_dp_accounting_pld():
+    """Spike-and-slab laws (few steps, tiny q): the tilt search keeps the bound near the peer's.
+
+    sigma = 2: 6% tighter than PLD(1e-4), whose grid is coarse for eps ~ 1e-3.  sigma = 1: the one
+    known case looser than the peer, by 0.76% (measured; the FFT error at the usable tilts limits it).
+    """
+    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    for sigma, slack in [(2.0, 0.0), (1.0, 0.01)]:
+        p = pld.from_gaussian_mechanism(
+            standard_deviation=sigma, sampling_prob=1e-4, value_discretization_interval=1e-4
+        )
+        peer = p.self_compose(10).get_epsilon_for_delta(1e-10)
+        got = _eps(jaxdp.PoissonSubsampledGaussian(sigma, 1e-4), 1e-10, 10)
+        assert got <= peer * (1 + slack)
 
 
 # -- properties of a bound ---------------------------------------------------------------------
@@ -243,7 +263,8 @@ def test_chernoff_term_bounds_the_mass_above_the_window(monkeypatch):
     A window of +-1 tilted deviation, 2^14 points (the lattice folded 8 times) leaves a
     sizeable mass above it.
     """
-    monkeypatch.setattr(_certified, "WINDOW_SDS", 1.0)
+    monkeypatch.setattr(_certified, "WINDOW_SDS_BELOW", 1.0)
+    monkeypatch.setattr(_certified, "WINDOW_SDS_ABOVE", 1.0)
     monkeypatch.setattr(_certified, "NUM_BINS", 2**14)
     mech = jaxdp.PoissonSubsampledGaussian(0.7, 0.3)
     start, win = _window(mech, 4, "remove", 2.0)
