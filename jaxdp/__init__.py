@@ -13,6 +13,12 @@ from jaxdp._accountant import log_delta_for_epsilon as log_delta_for_epsilon
 from jaxdp._accountant import method_info as method_info
 from jaxdp._accountant import register_method as register_method
 from jaxdp._accountant import renyi_dp as renyi_dp
+from jaxdp._calibrate import CalibrationResult as CalibrationResult
+from jaxdp._calibrate import TradeoffResult as TradeoffResult
+from jaxdp._calibrate import calibrate as calibrate
+from jaxdp._calibrate import calibrate_noise_multiplier as calibrate_noise_multiplier
+from jaxdp._calibrate import calibrate_num_steps as calibrate_num_steps
+from jaxdp._calibrate import calibrate_sampling_prob as calibrate_sampling_prob
 from jaxdp._mechanisms import AbstractMechanism as AbstractMechanism
 from jaxdp._mechanisms import Adjacency as Adjacency
 from jaxdp._mechanisms import Composition as Composition

@@ -2,6 +2,9 @@
 
     jaxdp epsilon --sigma 1.0 --q 0.01 --steps 2000 --delta 1e-5 [--method M] [--json]
     jaxdp delta   --sigma 1.0 --q 0.01 --steps 2000 --epsilon 2.0 [--method M] [--json]
+    jaxdp calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 2000 [--method M] [--json]
+    jaxdp calibrate --solve-for q|steps --sigma 0.8 ... (the other two given)
+    jaxdp sweep --target-epsilon 8 --delta 1e-5 --q 0.001,0.01,0.1 --steps 100,1000,10000 [--out F.csv] [--plot F.png]
 
 Bad input exits with status 2 and one line on stderr.
 """
@@ -75,8 +78,193 @@ def build_parser():
     pd = sub.add_parser("delta", help="delta for a target epsilon")
     _add_common(pd)
     pd.add_argument("--epsilon", type=_float("--epsilon"), required=True, help="target epsilon (>= 0)")
+    pc = sub.add_parser("calibrate", help="noise multiplier (or q, or steps) for a privacy budget")
+    pc.add_argument("--target-epsilon", type=_float("--target-epsilon"), required=True, help="the budget (> 0)")
+    pc.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    pc.add_argument("--solve-for", choices=("sigma", "q", "steps"), default="sigma")
+    pc.add_argument("--sigma", type=_float("--sigma"), default=None, help="noise multiplier (when solving for q/steps)")
+    pc.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pc.add_argument("--steps", type=_steps, default=None, help="number of steps (integer >= 1)")
+    pc.add_argument("--group-size", type=int, default=None, help="group privacy for k records (solving for sigma)")
+    pc.add_argument("--sigma-max", type=_float("--sigma-max"), default=100.0, help="largest sigma searched")
+    pc.add_argument("--max-steps", type=_steps, default=10**7, help="largest number of steps searched")
+    pc.add_argument("--method", default="characteristic", help="estimate that drives the search")
+    pc.add_argument(
+        "--certify", default="certified", help="certified accountant of the final check ('none' to skip it)"
+    )
+    pc.add_argument("--json", action="store_true", help="print one JSON object")
+    ps = sub.add_parser("sweep", help="calibrate sigma on a grid of (q, steps); CSV and an optional heatmap")
+    ps.add_argument("--target-epsilon", type=_float("--target-epsilon"), required=True, help="the budget (> 0)")
+    ps.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    ps.add_argument("--q", type=_floats("--q"), required=True, help="comma-separated sampling probabilities")
+    ps.add_argument("--steps", type=_floats("--steps"), required=True, help="comma-separated numbers of steps")
+    ps.add_argument("--method", default="saddlepoint", help="estimate that drives the search")
+    ps.add_argument("--certify", default="certified", help="certified accountant of the check ('none' to skip)")
+    ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
+    ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
     sub.add_parser("methods", help="list the accountants")
     return parser
+
+
+def _floats(name):
+    def parse(text):
+        try:
+            return [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be comma-separated numbers, got {text!r}") from None
+
+    return parse
+
+
+def _sweep(args):
+    import csv
+    import io
+
+    import numpy as np
+
+    import jaxdp
+
+    certify = None if args.certify.lower() == "none" else args.certify
+    q = np.asarray(args.q, dtype=np.float64)
+    steps = np.asarray(args.steps, dtype=np.float64)
+    start = time.perf_counter()
+    r = jaxdp.calibrate_noise_multiplier(
+        target_epsilon=args.target_epsilon,
+        delta=args.delta,
+        sampling_prob=q[None, :],
+        num_steps=steps[:, None],
+        method=args.method,
+        certify=certify,
+    )
+    sigma = np.asarray(r.noise_multiplier)
+    seconds = time.perf_counter() - start
+    messages = r.message
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["q", "steps", "sigma", "epsilon_estimate", "epsilon_certified", "status"])
+    eps_e, eps_c = np.asarray(r.epsilon_estimate), np.asarray(r.epsilon_certified)
+    for i in range(steps.size):
+        for j in range(q.size):
+            k = i * q.size + j
+            writer.writerow(
+                [
+                    f"{q[j]:g}",
+                    f"{steps[i]:g}",
+                    f"{sigma[i, j]:.8g}",
+                    f"{eps_e[i, j]:.8g}",
+                    f"{eps_c[i, j]:.8g}",
+                    messages[k],
+                ]
+            )
+    text = buf.getvalue()
+    if args.out is not None:
+        with open(args.out, "w") as fh:
+            fh.write(text)
+        text = f"wrote {q.size * steps.size} calibrations to {args.out} in {seconds:.2f} s"
+    if args.plot is not None:
+        _heatmap(args, q, steps, sigma)
+        text += f"\nwrote the heatmap to {args.plot}"
+    return text.rstrip("\n"), None
+
+
+def _heatmap(args, q, steps, sigma):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install matplotlib).") from None
+    fig, ax = plt.subplots(figsize=(1.2 + 0.9 * q.size, 1.0 + 0.6 * steps.size))
+    im = ax.imshow(sigma, origin="lower", aspect="auto", cmap="viridis")
+    ax.set_xticks(range(q.size), [f"{v:g}" for v in q])
+    ax.set_yticks(range(steps.size), [f"{v:g}" for v in steps])
+    ax.set_xlabel("sampling probability q")
+    ax.set_ylabel("steps")
+    for i in range(steps.size):
+        for j in range(q.size):
+            ax.text(j, i, f"{sigma[i, j]:.3g}", ha="center", va="center", color="w", fontsize=8)
+    ax.set_title(f"noise multiplier for eps <= {args.target_epsilon:g}, delta = {args.delta:g}")
+    fig.colorbar(im, ax=ax, label="sigma")
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    plt.close(fig)
+
+
+def _need(args, *names):
+    for name in names:
+        if getattr(args, name) is None:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"--solve-for {args.solve_for} needs {flag}.")
+
+
+def _calibrate(args):
+    import functools
+
+    import jaxdp
+
+    certify = None if args.certify.lower() == "none" else args.certify
+    common = {"target_epsilon": args.target_epsilon, "delta": args.delta, "method": args.method, "certify": certify}
+    start = time.perf_counter()
+    if args.solve_for == "sigma":
+        _need(args, "q", "steps")
+        if args.group_size is not None and args.group_size != 1:
+            jaxdp._validate.probability("--q", args.q)
+            family = functools.partial(_group_family, q=args.q, k=args.group_size)
+            r = jaxdp.calibrate_noise_multiplier(
+                num_steps=args.steps, mechanism=family, sigma_max=args.sigma_max, **common
+            )
+        else:
+            r = jaxdp.calibrate_noise_multiplier(
+                sampling_prob=args.q, num_steps=args.steps, sigma_max=args.sigma_max, **common
+            )
+    elif args.solve_for == "q":
+        _need(args, "sigma", "steps")
+        r = jaxdp.calibrate_sampling_prob(noise_multiplier=args.sigma, num_steps=args.steps, **common)
+    else:
+        _need(args, "sigma", "q")
+        r = jaxdp.calibrate_num_steps(
+            noise_multiplier=args.sigma, sampling_prob=args.q, max_steps=args.max_steps, **common
+        )
+    seconds = time.perf_counter() - start
+    steps = float(r.num_steps)
+    record = {
+        "solve_for": args.solve_for,
+        "sigma": float(r.noise_multiplier),
+        "q": float(r.sampling_prob) if args.solve_for == "q" else args.q,
+        "steps": int(steps) if math.isfinite(steps) else None,
+        "target_epsilon": args.target_epsilon,
+        "delta": args.delta,
+        "epsilon_estimate": float(r.epsilon_estimate),
+        "epsilon_certified": None if certify is None else float(r.epsilon_certified),
+        "method": r.method,
+        "certify": r.certify,
+        "status": r.message,
+        "iterations": int(r.iterations),
+        "seconds": seconds,
+    }
+    if args.group_size is not None:
+        record["group_size"] = args.group_size
+    if args.json:
+        return json.dumps(record), record
+    cert = "not checked" if certify is None else f"{record['epsilon_certified']:.6g} ({r.certify}, proven)"
+    text = (
+        f"calibrated {args.solve_for} for epsilon <= {args.target_epsilon:g} at delta = {args.delta:g}\n"
+        f"  sigma             = {record['sigma']:.6g}\n"
+        f"  q                 = {record['q']:.6g}\n"
+        f"  steps             = {record['steps']}\n"
+        f"  epsilon_estimate  = {record['epsilon_estimate']:.6g} ({r.method})\n"
+        f"  epsilon_certified = {cert}\n"
+        f"  status            = {r.message}\n"
+        f"  seconds           = {seconds:.3f}"
+    )
+    return text, record
+
+
+def _group_family(sigma, *, q, k):
+    import jaxdp
+
+    return jaxdp.MixtureOfGaussians.poisson_group(sigma, q, k)
 
 
 def _mechanism(args):
@@ -108,6 +296,10 @@ def _run(args):
             info = jaxdp.method_info(name)
             lines.append(f"{name:<14} certified={str(info.certified).lower():<5} {info.description}")
         return "\n".join(lines), None
+    if args.command == "calibrate":
+        return _calibrate(args)
+    if args.command == "sweep":
+        return _sweep(args)
     jaxdp._validate.positive("--sigma", args.sigma)
     if args.method is None:
         args.method = FALLBACK_METHOD if args.mechanism == "laplace" else DEFAULT_METHOD

@@ -123,3 +123,67 @@ def test_certified_is_the_default_and_says_so(capsys):
 def test_laplace_defaults_to_the_certified_saddle_point(capsys):
     out = _json(capsys, "epsilon --sigma 1 --steps 10 --delta 1e-5 --mechanism laplace --json".split())
     assert out["method"] == "saddlepoint-certified" and out["certified"] is True
+
+
+# -- jaxdp calibrate ------------------------------------------------------------------------------
+
+
+def test_calibrate_sigma_json(capsys):
+    """The reference budget with the default estimate and certified check (shares the compile with
+    tests/test_calibrate.py)."""
+    argv = "calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 2000 --json"
+    out = _json(capsys, argv.split())
+    assert {"sigma", "epsilon_estimate", "epsilon_certified", "seconds"} <= set(out)
+    assert out["sigma"] == pytest.approx(0.643334, rel=1e-4)  # the shared oracle's tight sigma
+    assert out["epsilon_certified"] <= 8.0 and out["certify"] == "certified" and out["status"] == "ok"
+
+
+def test_calibrate_q_and_steps_human(capsys):
+    base = "calibrate --target-epsilon 3 --delta 1e-5 --method saddlepoint --certify saddlepoint-certified"
+    assert main(f"{base} --solve-for q --sigma 1.0 --steps 1000".split()) == 0
+    text = capsys.readouterr().out
+    assert "epsilon_certified" in text and "status            = ok" in text
+    out = _json(capsys, f"{base} --solve-for steps --sigma 1.0 --q 0.01 --json".split())
+    assert out["steps"] >= 1 and out["epsilon_certified"] <= 3.0
+
+
+@pytest.mark.parametrize(
+    "argv,fragment",
+    [
+        ("calibrate --target-epsilon 8 --delta 1e-5 --q 0.01", "needs --steps"),
+        ("calibrate --target-epsilon 8 --delta 1e-5 --solve-for q --steps 10", "needs --sigma"),
+        ("calibrate --target-epsilon -1 --delta 1e-5 --q 0.01 --steps 10", "target_epsilon"),
+        ("calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 10 --certify saddlepoint", "certify"),
+        (
+            "calibrate --target-epsilon 0.5 --delta 1e-5 --solve-for steps --sigma 0.3 --q 1 "
+            "--method saddlepoint --certify saddlepoint-certified",
+            "even one step exceeds the budget",
+        ),
+    ],
+)
+def test_calibrate_bad_input(capsys, argv, fragment):
+    assert main(argv.split()) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and len(err.strip().splitlines()) == 1
+
+
+def test_sweep_writes_csv_and_heatmap(capsys, tmp_path):
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
+    argv = (
+        "sweep --target-epsilon 4 --delta 1e-5 --q 0.005,0.05 --steps 300,3000 --certify saddlepoint-certified "
+        f"--out {out} --plot {png}"
+    )
+    assert main(argv.split()) == 0
+    rows = out.read_text().strip().splitlines()
+    assert rows[0] == "q,steps,sigma,epsilon_estimate,epsilon_certified,status" and len(rows) == 5
+    cells = [r.split(",") for r in rows[1:]]
+    assert all(float(c[4]) <= 4.0 and c[5] == "ok" for c in cells)
+    sigma = {(c[0], c[1]): float(c[2]) for c in cells}
+    assert sigma[("0.05", "3000")] > sigma[("0.005", "3000")] and sigma[("0.05", "3000")] > sigma[("0.05", "300")]
+    assert png.stat().st_size > 1000
+
+
+def test_sweep_bad_list(capsys):
+    assert main("sweep --target-epsilon 4 --delta 1e-5 --q 0.1,x --steps 10".split()) == 2
+    assert "comma-separated" in capsys.readouterr().err
