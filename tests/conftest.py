@@ -28,3 +28,16 @@ def pytest_collection_modifyitems(config, items):
         slow = getattr(cls, "slow_checks", ()) if cls is not None else ()
         if getattr(item, "originalname", item.name) in slow:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Drops JAX's compiled programs after each test module.
+
+    The certified and calibration tests compile large programs; kept for the whole
+    run in one process they add up (a serial run once ended in a segmentation fault).
+    """
+    yield
+    import jax
+
+    jax.clear_caches()
