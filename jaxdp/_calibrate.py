@@ -386,17 +386,10 @@ def _noise_batch(target, delta, q, steps, sigma_max, mechanism, method, certify)
         family = _psg_family if mechanism is None else (lambda sigma, _: mechanism(sigma))
         return _noise_core(family, t, d, n, qq, jnp.asarray(sigma_max, jnp.float64), method, certify)
 
-    return jax.lax.map(lambda a: one(*a), (target, delta, q, steps), batch_size=_batch(certify, target))
+    return jax.lax.map(lambda a: one(*a), (target, delta, q, steps))
 
 
 _noise_jit = jax.jit(_noise_batch, static_argnames=("mechanism", "method", "certify"))
-
-
-def _batch(certify, xs):
-    """``lax.map`` chunk size: one at a time (measured: vmapped chunks of 64 are 2.5x slower on a CPU,
-    the Newton loops running to the slowest lane and the accountants' branches all taken)."""
-    del certify, xs
-    return None
 
 
 def _certified_name(certify):
@@ -511,7 +504,7 @@ def calibrate_sampling_prob(
 
 def _q_batch(target, delta, sigma, steps, method, certify):
     args = (target, delta, sigma, steps)
-    return jax.lax.map(lambda a: _q_core(*a, method, certify), args, batch_size=_batch(certify, target))
+    return jax.lax.map(lambda a: _q_core(*a, method, certify), args)
 
 
 _q_jit = jax.jit(_q_batch, static_argnames=("method", "certify"))
@@ -634,7 +627,7 @@ def calibrate_num_steps(
 
 def _steps_batch(target, delta, sigma, q, max_steps, method, certify):
     args = (target, delta, sigma, q, max_steps)
-    return jax.lax.map(lambda a: _steps_core(*a, method, certify), args, batch_size=_batch(certify, target))
+    return jax.lax.map(lambda a: _steps_core(*a, method, certify), args)
 
 
 _steps_jit = jax.jit(_steps_batch, static_argnames=("method", "certify"))

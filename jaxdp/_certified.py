@@ -325,16 +325,10 @@ def _interval_log_masses(edges, log_p, c, s):
     return jax.lax.optimization_barrier((mix, gauss))
 
 
-def _lattice_size(mech) -> int:
-    """Lattice points of one step (static)."""
-    del mech  # one size serves every mechanism (a larger one for groups: 2x the time for ~3e-7 in eps)
-    return LATTICE_SIZE
-
-
 def _step_pmf(mech, direction: str, start, spacing) -> _StepPmf:
     """Inflated connect-the-dots lattice pmf of one step (see the module docstring)."""
     log_p, c, s = _mixture_of(mech)
-    k = jnp.arange(_lattice_size(mech), dtype=jnp.float64)
+    k = jnp.arange(LATTICE_SIZE, dtype=jnp.float64)
     ell = start + k * spacing
     if direction == "remove":
         x = _clamp_edges(_inverse_log_ratio(ell, log_p, c, s), c, s)  # increasing
@@ -414,8 +408,8 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est) -> _Windo
     support = sum(n * (hi - lo) for (_, n), (lo, hi) in zip(parts, ranges))  # composed lattice range
     # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
     spacing = jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / NUM_BINS
-    for (mech, _), (lo, hi) in zip(parts, ranges):
-        spacing = jnp.maximum(spacing, (hi - lo) / (_lattice_size(mech) - 1))
+    for lo, hi in ranges:
+        spacing = jnp.maximum(spacing, (hi - lo) / (LATTICE_SIZE - 1))
     spacing = jnp.maximum(spacing, 1e-300)
     width = NUM_BINS * spacing
     start = jnp.clip(k1 - WINDOW_SDS_BELOW * sd, offset, jnp.maximum(offset + support - width, offset))
@@ -433,17 +427,16 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est) -> _Windo
     pow_terms = 0.0
     s_grid = jnp.concatenate([t + _CHERNOFF_STEPS / sd, _CHERNOFF_ABS])  # any s >= 0 gives a valid bound
     for (mech, n), (lo, _) in zip(parts, ranges):
-        size = _lattice_size(mech)
-        fold = size // NUM_BINS if size >= NUM_BINS else 1
-        kd = jnp.arange(size, dtype=jnp.float64) * spacing
+        fold = LATTICE_SIZE // NUM_BINS if LATTICE_SIZE >= NUM_BINS else 1
+        kd = jnp.arange(LATTICE_SIZE, dtype=jnp.float64) * spacing
         pmf = _step_pmf(mech, direction, lo, spacing)
         tilted = pmf.log_pmf + t * kd
         log_z = jax.nn.logsumexp(tilted)
         v = jnp.exp(tilted - log_z)
-        if size >= NUM_BINS:
+        if LATTICE_SIZE >= NUM_BINS:
             v = v.reshape(fold, NUM_BINS).sum(axis=0)
         else:
-            v = jnp.zeros(NUM_BINS).at[:size].set(v)
+            v = jnp.zeros(NUM_BINS).at[:LATTICE_SIZE].set(v)
         rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
         total = jnp.sum(v)
         norm2 = jnp.sqrt(jnp.sum(v * v))
