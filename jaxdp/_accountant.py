@@ -11,6 +11,7 @@ turns invalid traced inputs into NaN.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 
 import jax
@@ -138,6 +139,16 @@ register_method(
         description="pessimistic lattice PLD composed by FFT in the tilted domain (proven upper bound, tight)",
         log_delta=_certified.log_delta_certified,
         epsilon=_certified.epsilon_certified,
+        screen="saddlepoint-certified",
+    )
+)
+register_method(
+    MethodInfo(
+        "certified-fast",
+        certified=True,
+        description="certified on an 8x coarser lattice (proven upper bound, ~1e-4 looser at most, ~6x faster)",
+        log_delta=functools.partial(_certified.log_delta_certified, grid=_certified.FAST_GRID),
+        epsilon=functools.partial(_certified.epsilon_certified, grid=_certified.FAST_GRID),
         screen="saddlepoint-certified",
     )
 )

@@ -90,7 +90,7 @@ def build_parser():
     pc.add_argument("--max-steps", type=_steps, default=10**7, help="largest number of steps searched")
     pc.add_argument("--method", default="characteristic", help="estimate that drives the search")
     pc.add_argument(
-        "--certify", default="certified", help="certified accountant of the final check ('none' to skip it)"
+        "--certify", default="certified-fast", help="certified accountant of the final check ('none' to skip it)"
     )
     pc.add_argument("--json", action="store_true", help="print one JSON object")
     ps = sub.add_parser("sweep", help="calibrate sigma on a grid of (q, steps); CSV and an optional heatmap")
@@ -99,7 +99,7 @@ def build_parser():
     ps.add_argument("--q", type=_floats("--q"), required=True, help="comma-separated sampling probabilities")
     ps.add_argument("--steps", type=_floats("--steps"), required=True, help="comma-separated numbers of steps")
     ps.add_argument("--method", default="saddlepoint", help="estimate that drives the search")
-    ps.add_argument("--certify", default="certified", help="certified accountant of the check ('none' to skip)")
+    ps.add_argument("--certify", default="certified-fast", help="certified accountant of the check ('none' to skip)")
     ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
     ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
     sub.add_parser("methods", help="list the accountants")

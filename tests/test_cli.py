@@ -135,7 +135,7 @@ def test_calibrate_sigma_json(capsys):
     out = _json(capsys, argv.split())
     assert {"sigma", "epsilon_estimate", "epsilon_certified", "seconds"} <= set(out)
     assert out["sigma"] == pytest.approx(0.643334, rel=1e-4)  # the shared oracle's tight sigma
-    assert out["epsilon_certified"] <= 8.0 and out["certify"] == "certified" and out["status"] == "ok"
+    assert out["epsilon_certified"] <= 8.0 and out["certify"] == "certified-fast" and out["status"] == "ok"
 
 
 def test_calibrate_q_and_steps_human(capsys):
