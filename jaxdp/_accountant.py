@@ -189,7 +189,7 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get):
     worst = get(info)(comp, comp.directions[0], arg)
     for d in comp.directions[1:]:
         if info.screen is None:
-            worst = jnp.maximum(worst, get(info)(comp, d, arg))
+            worst = _larger(worst, get(info)(comp, d, arg))
             continue
         cheap = get(_METHODS[info.screen])(comp, d, arg)
         full = jax.lax.cond(
@@ -199,8 +199,15 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get):
             comp,
             arg,
         )
-        worst = jnp.maximum(worst, full)
+        worst = _larger(worst, full)
     return worst
+
+
+def _larger(a, b):
+    """``max(a, b)`` whose derivative is the larger one's alone (``jnp.maximum`` mixes in the
+    other's with weight 0, and 0 x NaN is NaN: a direction whose delta is exactly 0, such as
+    add adjacency past its largest loss, has a non-finite derivative)."""
+    return jnp.where(b > a, b, a)
 
 
 def _log_delta_impl(comp: Composition, epsilon, method: str):

@@ -77,10 +77,11 @@ def log_sub_exp(a, b):
     """``log(exp(a) - exp(b))`` for ``a >= b``; ``-inf`` when ``a == b``."""
     a = jnp.asarray(a)
     b = jnp.asarray(b)
-    diff = jnp.minimum(b - a, 0.0)
+    diff = b - a
     finite_a = jnp.isfinite(a)
-    safe = jnp.where(finite_a, diff, -1.0)
-    return jnp.where(finite_a, a + log1mexp(safe), a)
+    empty = diff >= 0  # the difference is zero: -inf, with a zero (not NaN) derivative
+    safe = jnp.where(finite_a & ~empty, diff, -1.0)
+    return jnp.where(finite_a, jnp.where(empty, -jnp.inf, a + log1mexp(safe)), a)
 
 
 def logsumexp(x, axis=-1):

@@ -82,7 +82,8 @@ def solve_decreasing(
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
 
     Differentiable (implicit function theorem) in whatever ``f`` closes over.
-    If ``f(lo) < 0`` the result is ``lo``; if ``f(hi) > 0`` it is ``hi``.
+    If ``f(lo) < 0`` the result is ``lo``; if ``f(hi) > 0`` it is ``hi`` (a constant: its
+    derivative is zero, where the implicit one would be meaningless and often non-finite).
     """
     lo = jax.lax.stop_gradient(lo)
     hi = jax.lax.stop_gradient(hi)
@@ -93,9 +94,14 @@ def solve_decreasing(
         return x
 
     def tangent_solve(g, y):
-        return y / g(jnp.ones_like(y))
+        d = g(jnp.ones_like(y))
+        ok = jnp.isfinite(d) & (d != 0)
+        return jnp.where(ok, y / jnp.where(ok, d, 1.0), 0.0)
 
-    return jax.lax.custom_root(f, start, solve, tangent_solve)
+    x = jax.lax.custom_root(f, start, solve, tangent_solve)
+    tol = 1e-9 * (1.0 + jnp.abs(hi - lo))
+    edge = jax.lax.stop_gradient((x <= lo + tol) | (x >= hi - tol))
+    return jnp.where(edge, jax.lax.stop_gradient(x), x)
 
 
 def minimize_on_grid(f, grid, *, refine_steps: int = 40):

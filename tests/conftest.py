@@ -6,8 +6,22 @@ tests exercise exactly that.  Tests that need float64 *inputs* (finite
 differences, vmapped parameter arrays) build them inside ``_helpers.x64()``.
 """
 
+import os
+import tempfile
+
+import jax
 import pytest
 from hypothesis import HealthCheck, settings
+
+# A persistent compilation cache shared by the xdist workers and across test modules: the
+# calibration and certified programs are compiled by several modules (and doctests), and each
+# compile takes 10-60 s on two cores.  The key covers the program, the options and the JAX
+# version, so a stale entry is never used.
+jax.config.update(
+    "jax_compilation_cache_dir",
+    os.environ.get("JAXDP_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "jaxdp-test-xla-cache")),
+)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 
 settings.register_profile(
     "jaxdp",
@@ -38,6 +52,4 @@ def _release_compiled_programs():
     run in one process they add up (a serial run once ended in a segmentation fault).
     """
     yield
-    import jax
-
     jax.clear_caches()

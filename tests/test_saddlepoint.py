@@ -103,6 +103,23 @@ def test_no_nan_gradients_on_the_reference_grid():
             assert np.isfinite(float(gq)) and float(gq) > 0
 
 
+@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified"])
+def test_gradient_finite_where_one_direction_has_zero_delta(method):
+    """Add adjacency past its largest loss (100 steps x -log(1 - q) = 3.6 < eps = 4): delta_add is
+    exactly 0, its saddle point sits at the bracket's edge.  The answer is the remove direction's,
+    and so are both derivatives -- forward and reverse -- which were NaN (0 x NaN in the max)."""
+    q, n = 0.03534981105030106, 100
+
+    def log_delta(s):
+        m = jaxdp.PoissonSubsampledGaussian(s, q)
+        return jaxdp.log_delta_for_epsilon(m, epsilon=4.0, num_steps=n, method=method)
+
+    with x64():
+        fd = central_difference(log_delta, 1.0)
+        assert float(jax.grad(log_delta)(1.0)) == pytest.approx(fd, rel=1e-5)
+        assert float(jax.jvp(log_delta, (1.0,), (1.0,))[1]) == pytest.approx(fd, rel=1e-5)
+
+
 @pytest.mark.parametrize("row", PSG_EPS_ROWS[3:9:2], ids=lambda r: f"{r['case']}-{r['steps']}")
 def test_gradients_match_finite_differences_on_reference_settings(row):
     def eps(s, q):
