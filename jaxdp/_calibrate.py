@@ -622,10 +622,7 @@ def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
         rounds, n, eps_c = jax.lax.while_loop(cond, body, (0, n, jnp.asarray(jnp.inf, jnp.float64)))
         ok = eps_c <= target
         infeasible = infeasible | (n < 1)
-    # with the sign of h flipped, the linearisation is in -h: its slopes flip too
-    x, g, slope, d_target = root.last
-    flipped = root._replace(last=(x, -g, -slope, -d_target))
-    eps_e = _estimate_at(jnp.log(jnp.maximum(n, 1.0)), flipped, target, lambda v: eps(jnp.exp(v), method))
+    eps_e = _estimate_at(jnp.log(jnp.maximum(n, 1.0)), root, target, lambda v: eps(jnp.exp(v), method))
     n = jnp.where(infeasible, jnp.nan, n)
     return n, eps_e, eps_c, root.iterations + rounds, _status(infeasible, ok, at_max)
 
