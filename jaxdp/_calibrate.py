@@ -5,17 +5,20 @@ Each calibration is two solves, both compiled:
 1. **Search** with a fast, differentiable *estimate* (``method``, by default the
    characteristic-function accountant, ~1e-6 relative): a safeguarded Newton
    iteration on the log of the parameter, using the accountant's own derivative
-   (a bracket guards every step).
+   (a bracket guards every step), started from the Gaussian approximation and
+   the saddle-point estimate, so the estimate itself is usually evaluated once
+   (its Newton step is then below ``METHOD_XTOL``).
 2. **Never overshoot**: the answer is checked with a *certified* accountant
-   (``certify``, by default ``"certified"``) and moved, by the least amount the
-   measured slack calls for, until the certified epsilon is at most the target.
-   The parameter is first moved by ``CERTIFY_NUDGE`` (3e-6 relative, about the
-   certified bound's slack), so that one certified evaluation usually suffices.
+   (``certify``, by default ``"certified-fast"``: the certified construction on a
+   coarser lattice, a proven bound) and moved, by the least amount the measured
+   slack calls for, until the certified epsilon is at most the target.  The
+   parameter is first moved by ``CERTIFY_NUDGE`` (about the check's slack), so
+   that one certified evaluation usually suffices.
 
 Gradients of the calibrated value with respect to the target epsilon, delta
 and the fixed hyperparameters are implicit (implicit function theorem on the
-estimate's equation ``eps_est(x) = target``); the certification factor is held
-constant.  Every function accepts arrays (broadcast together) and runs them in
+estimate's equation ``eps_est(x) = target``, as a custom JVP: free unless asked
+for); the certification shift is held constant.  Every function accepts arrays (broadcast together) and runs them in
 one compiled call (``lax.map``: sequential, so that each configuration keeps
 its own iteration count and the certified accountant its cheap branches); the
 functions can also be ``jax.vmap``-ped or ``jax.jit``-ted.
