@@ -63,10 +63,14 @@ included):
    taken 4x.  Then (a) each lattice entry is inflated by its own error bound
    (``16 u (2 + |log P_k| + |log Q_k| + |l| + ...)`` in the split's log-ratio,
    amplified by ``1 / (1 - e^{-D})``), so the inflated pmf is entrywise above
-   the exact pmf of the dominating pair; (b) the forward FFT, the powers and
-   the inverse FFT are bounded in the 2-norm and their sum ``B`` is added to
-   every window point before the (nonnegative-weight) untilting sum; (c) the
-   tilting, the final exponent and the summation carry a relative factor.
+   the exact pmf of the dominating pair; (b) the errors of the forward FFT,
+   the powers and the inverse FFT are bounded in the 2-norm, their sum ``B``
+   bounds ``||e||_2`` for the error vector ``e`` of the window, and the
+   untilting sum ``sum_r w_r y_r`` (weights ``w_r = e^{-t (l_r - eps)} (1 - e^{eps - l_r})``)
+   gets ``||w||_2 B >= |sum_r w_r e_r|`` (Cauchy-Schwarz) -- not ``B sum_r w_r``,
+   which is ~1/sqrt(spacing x tilt) times larger and dominated the bound of
+   spike-and-slab laws (a few steps of a tiny q); (c) the tilting, the final
+   exponent and the summation carry a relative factor.
    Subnormal underflow loses at most ``1e-300`` per entry (added).
 
 ``method="certified-fast"`` is the same construction with ``FAST_GRID``: a window
@@ -155,7 +159,7 @@ class CertifiedResult(NamedTuple):
       log_delta_lattice: log of the lattice part (without the terms below).
       log_dropped: log of the dropped-mass terms (``+inf`` atom and the
         Chernoff bound above the window).
-      log_fft_error: log of the floating-point FFT bound added per window point.
+      log_fft_error: log of the 2-norm bound on the floating-point FFT error over the window.
       log_delta_upper: ``min`` of ``log_delta`` and the certified saddle-point bound
         (what ``method="certified"`` returns).
     """
@@ -389,14 +393,14 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None) -> _StepP
 
 
 class _Window(NamedTuple):
-    log_y: jax.Array  # (NUM_BINS,) log of (computed tilted composed pmf + FFT bound), clipped at 0
+    log_y: jax.Array  # (NUM_BINS,) log of the computed tilted composed pmf, clipped below at _TINY
     ell_start: jax.Array  # loss of window point 0
     spacing: jax.Array
     tilt: jax.Array
     log_scale: jax.Array  # G = sum_i n_i log Z_i (untilting exponent)
     log_rest: jax.Array  # log(sum_i n_i p_inf,i + Chernoff bound above the window)
     log_rel: jax.Array  # log1p of the relative floating-point factor
-    log_fft_error: jax.Array
+    log_fft_error: jax.Array  # log of the 2-norm bound on (computed - exact) over the window
 
 
 def _parts(comp: Composition):
@@ -484,24 +488,34 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
     bound = 1.01 * bound + _TINY
     shift = jnp.mod(j0, num_bins).astype(jnp.int64)
     y = jnp.roll(y, -shift)
-    y_up = jnp.maximum(y + bound, _TINY)
-    log_y = jnp.log(y_up)
+    log_y = jnp.log(jnp.maximum(y, _TINY))
     log_tail = jnp.min(log_chernoff - s_grid * ell_end)
     log_rest = jnp.logaddexp(log_inf, log_tail)
     return _Window(log_y, ell_start, spacing, t, log_scale, log_rest, jnp.log1p(rel), jnp.log(bound))
+
+
+def _log_weights(win: _Window, eps):
+    """``log w_r(eps)``, ``w_r = e^{-t (l_r - eps)} (1 - e^{eps - l_r})`` for ``l_r > eps`` (``_NEG`` below)."""
+    eps = jnp.asarray(eps)
+    num_bins = win.log_y.shape[-1]
+    ell = win.ell_start + jnp.arange(num_bins, dtype=jnp.float64) * win.spacing
+    gap = ell - eps[..., None]
+    above = gap > 0
+    gap_s = jnp.where(above, gap, 1.0)
+    return jnp.where(above, -win.tilt * gap_s + jnp.log(-jnp.expm1(-gap_s)), _NEG)
+
+
+def _log_fft_term(win: _Window, eps):
+    """Cauchy-Schwarz bound ``||w(eps)||_2 ||e||_2`` on the FFT error's share of the untilting sum."""
+    return win.log_fft_error + 0.5 * jax.nn.logsumexp(2.0 * _log_weights(win, eps), axis=-1)
 
 
 def _window_log_delta(win: _Window, eps):
     """Certified log delta at ``eps`` from the window (0 where ``eps`` is outside it)."""
     eps = jnp.asarray(eps)
     num_bins = win.log_y.shape[-1]
-    r = jnp.arange(num_bins, dtype=jnp.float64)
-    ell = win.ell_start + r * win.spacing
-    gap = ell - eps[..., None]
-    above = gap > 0
-    gap_s = jnp.where(above, gap, 1.0)
-    terms = win.log_y - win.tilt * gap_s + jnp.log(-jnp.expm1(-gap_s))
-    log_s = jax.nn.logsumexp(jnp.where(above, terms, _NEG), axis=-1)
+    log_w = _log_weights(win, eps)
+    log_s = jnp.logaddexp(jax.nn.logsumexp(win.log_y + log_w, axis=-1), _log_fft_term(win, eps))
     log_fin = win.log_scale - win.tilt * eps + log_s + win.log_rel + jnp.log1p(4 * _U * num_bins)
     inside = (eps >= win.ell_start) & (eps < win.ell_start + (num_bins - 1) * win.spacing)
     out = jnp.logaddexp(log_fin, win.log_rest)
@@ -533,11 +547,14 @@ def log_delta_certified(comp, direction, epsilon, grid=None):
 def _window_epsilon(win: _Window, log_delta, eps_guess):
     """Smallest verified eps on the window with certified delta <= target (``inf`` if none).
 
-    Between lattice points ``delta_fin(eps) = e^G (A_r - e^eps B_r)`` with
-    ``A_r = sum_{l > l_r} y e^{-t l}`` and ``B_r = sum_{l > l_r} y e^{-(t+1) l}``
-    (reverse cumulative sums, scaled at the guess to stay in range), which
-    gives the root in closed form; the candidate is then checked with the
-    direct formula of :func:`_window_log_delta`.
+    Between lattice points ``delta_fin(eps) = e^G (A_r - e^eps B_r)`` (before the
+    FFT term) with ``A_r = sum_{l > l_r} y e^{-t l}`` and
+    ``B_r = sum_{l > l_r} y e^{-(t+1) l}`` (reverse cumulative sums, scaled at the
+    guess to stay in range), which gives the root in closed form.  The FFT term
+    ``e^{G - t eps} ||w(eps)||_2 ||e||_2`` decreases with ``eps``, so solving
+    again with the target lowered by its value at the first root gives a root
+    where the sum of both is below the target.  The candidate is then checked
+    with the direct formula of :func:`_window_log_delta`.
     """
     num_bins = win.log_y.shape[-1]
     r = jnp.arange(num_bins, dtype=jnp.float64)
@@ -555,17 +572,25 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
     a1 = jnp.concatenate([ca[1:], zero])  # sums over r' > r
     b1 = jnp.concatenate([cb[1:], zero])
     # delta_fin / e^G at eps = l_r, scaled by e^{t ref}: a1 - e^{l_r - ref} b1
-    d = a1 - jnp.exp(ell - ref) * b1
-    log_t_scaled = log_target + win.tilt * ref
-    count = jnp.sum(jnp.log(jnp.maximum(d, 1e-300)) >= log_t_scaled)
-    found = ok_rest & (count >= 1) & (count <= num_bins - 2)
-    r_star = jnp.clip(count - 1, 0, num_bins - 2)
-    la = jnp.log(jnp.maximum(a1[r_star], 1e-300))
-    lb = jnp.log(jnp.maximum(b1[r_star], 1e-300))
-    gap_ok = found & (log_t_scaled < la - 1e-12)
-    lt = jnp.where(gap_ok, log_t_scaled, la - 1.0)
-    eps = ref + log_sub_exp(la, lt) - lb
-    eps = jnp.clip(eps, ell[r_star], ell[r_star + 1])
+    log_d = jnp.log(jnp.maximum(a1 - jnp.exp(ell - ref) * b1, 1e-300))
+
+    def root(log_target):
+        log_t_scaled = log_target + win.tilt * ref
+        count = jnp.sum(log_d >= log_t_scaled)
+        found = ok_rest & (count >= 1) & (count <= num_bins - 2)
+        r_star = jnp.clip(count - 1, 0, num_bins - 2)
+        la = jnp.log(jnp.maximum(a1[r_star], 1e-300))
+        lb = jnp.log(jnp.maximum(b1[r_star], 1e-300))
+        gap_ok = found & (log_t_scaled < la - 1e-12)
+        lt = jnp.where(gap_ok, log_t_scaled, la - 1.0)
+        eps = ref + log_sub_exp(la, lt) - lb
+        return jnp.clip(eps, ell[r_star], ell[r_star + 1]), found
+
+    eps0, found0 = root(log_target)
+    log_fft0 = -win.tilt * eps0 + _log_fft_term(win, eps0)
+    lowered = found0 & (log_fft0 < log_target)
+    eps, found = root(jnp.where(lowered, log_sub_exp(log_target, jnp.minimum(log_fft0, log_target)), log_target))
+    found = found & lowered
     cands = eps + _EPS_NUDGES * (1.0 + jnp.abs(eps))
     # eps = 0 first: the bound may already hold there (then the solve has no root)
     cands = jnp.concatenate([jnp.zeros(1), cands])
