@@ -60,10 +60,21 @@ included):
    ``log_ndtr`` are accurate to a few ulp; the FFT obeys Higham's bound
    (*Accuracy and Stability of Numerical Algorithms*, Thm. 24.2)
    ``||fl(F x) - F x||_2 <= log2(N) eta ||F x||_2`` with ``eta = u + gamma_4 (sqrt 2 + u)``,
-   taken 4x.  Then (a) each lattice entry is inflated by its own error bound
-   (``16 u (2 + |log P_k| + |log Q_k| + |l| + ...)`` in the split's log-ratio,
-   amplified by ``1 / (1 - e^{-D})``), so the inflated pmf is entrywise above
-   the exact pmf of the dominating pair; (b) the errors of the forward FFT,
+   taken 4x.  Then (a) the lattice pmf: each cell edge is solved for the loss
+   ``l_k - eta_k`` (``eta_k`` a bound on the loss error of an edge) and its
+   realised loss is *checked* to lie in ``[l_k - 2 eta_k, l_k]`` (if not, the
+   step is all ``+inf`` atom: delta = 1, vacuous but valid), so every cell's
+   losses lie in ``[l_k - 2 eta_k, l_{k+1}]``; the sliver below ``l_k`` is rounded
+   up to it.  The split uses a *lower* bound on the cell's
+   ``log E_P[e^{-(L - l_k)}]`` (its computed value less ``16 u (2 + |log P_k| + |log Q_k| + |l_k|)``
+   and the sliver's ``2 eta_k``), and its share of the lower point is lowered by
+   its own rounding: the pair used is the connect-the-dots pair with some mass
+   moved *up* within cells, which only grows every hockey-stick divergence
+   (stochastic order is kept by convolution and ``(1 - e^{eps - l})_+`` grows
+   with ``l``).  Only the masses are inflated, relatively (``8 u (2 + |log P_k|)``
+   and ``16 u`` for the split), so the floating-point slack does not grow as
+   the lattice gets finer (it used to be inflated by the split's error times
+   ``1 / (1 - e^{-D})``, ~2e-6 relative in delta at 2,000 steps); (b) the errors of the forward FFT,
    the powers and the inverse FFT are bounded in the 2-norm, their sum ``B``
    bounds ``||e||_2`` for the error vector ``e`` of the window, and the
    untilting sum ``sum_r w_r y_r`` (weights ``w_r = e^{-t (l_r - eps)} (1 - e^{eps - l_r})``)
@@ -348,47 +359,63 @@ def _grid(grid):
 
 
 def _step_pmf(mech, direction: str, start, spacing, lattice_size=None) -> _StepPmf:
-    """Inflated connect-the-dots lattice pmf of one step (see the module docstring)."""
+    """Inflated connect-the-dots lattice pmf of one step (see the module docstring, items 1 and 4).
+
+    Floating point: each cell edge is solved for the loss ``l_k - eta_k`` and its
+    realised loss checked to lie in ``[l_k - 2 eta_k, l_k]`` (else the step is
+    all ``+inf`` atom: a vacuous but valid bound), so every cell's losses lie in
+    ``[l_k - 2 eta_k, l_{k+1}]``; the split's share of the lower point is then
+    computed from a lower bound on the cell's ``E_P[e^{-(L - l_k)}]`` and lowered
+    by its own rounding, which moves mass *up* within the cell (dominance is
+    kept) instead of adding mass; only the masses themselves are inflated
+    (relatively, a few ulp times ``|log P|``).
+    """
     log_p, c, s = _mixture_of(mech)
     k = jnp.arange(LATTICE_SIZE if lattice_size is None else lattice_size, dtype=jnp.float64)
     ell = start + k * spacing
+    c_max = jnp.max(c)
+    s2 = s * s
+    lp_max = jnp.max(jnp.where(log_p > _NEG, jnp.abs(log_p), 0.0))
+    sign = 1.0 if direction == "remove" else -1.0
+    # loss error of a computed edge (logsumexp of terms of size |log p| + (c |x| + c^2) / s^2)
+    eta = 16 * _U * (4.0 + jnp.abs(ell) + lp_max + 2.0 * (c_max * (c_max + _X_FAR * s) + c_max * c_max) / s2)
+    x_raw = _inverse_log_ratio(sign * (ell - eta), log_p, c, s)  # remove: increasing; add: decreasing
+    x = _clamp_edges(x_raw, c, s)
+    realised = sign * _log_ratio(jax.lax.stop_gradient(x), log_p, c, s)
+    rho = 8 * _U * (4.0 + jnp.abs(realised) + lp_max + (c_max * jnp.abs(x) + c_max * c_max) / s2)
+    interior = jax.lax.stop_gradient(jnp.isfinite(x_raw) & (x_raw == x))
+    edges_ok = jnp.all(jnp.where(interior, (realised <= ell - rho) & (realised >= ell - 2.0 * eta + rho), True))
     if direction == "remove":
-        x = _clamp_edges(_inverse_log_ratio(ell, log_p, c, s), c, s)  # increasing
-        edges = jnp.concatenate([(-_X_FAR * s)[None], x, (jnp.max(c) + _X_FAR * s)[None]])
+        edges = jnp.concatenate([(-_X_FAR * s)[None], x, (c_max + _X_FAR * s)[None]])
         log_pm, log_qm = _interval_log_masses(edges, log_p, c, s)
     else:
-        x = _clamp_edges(_inverse_log_ratio(-ell, log_p, c, s), c, s)  # decreasing
-        edges = jnp.concatenate([(-_X_FAR * s)[None], x[::-1], (jnp.max(c) + _X_FAR * s)[None]])
+        edges = jnp.concatenate([(-_X_FAR * s)[None], x[::-1], (c_max + _X_FAR * s)[None]])
         log_qm, log_pm = _interval_log_masses(edges, log_p, c, s)
         log_pm, log_qm = log_pm[::-1], log_qm[::-1]
     # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
-    c_max = jnp.max(c)
-    x_edge = jnp.concatenate([jnp.zeros(1), jnp.abs(x)]) + jnp.concatenate([jnp.abs(x), jnp.zeros(1)])
-    ell_edge = jnp.concatenate([jnp.abs(ell[:1]), jnp.abs(ell)]) + jnp.concatenate([jnp.abs(ell), jnp.abs(ell[-1:])])
-    log_err_rel = jnp.log(16 * _U * (2.0 + jnp.abs(log_pm) + jnp.abs(log_qm) + ell_edge + c_max * x_edge / (s * s)))
-
+    # P-masses inflated by their relative error (log P to a few ulp of |log P|)
+    log_pm = log_pm + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))
     cells_p = log_pm[1:-1]
     cells_q = log_qm[1:-1]
     left = ell[:-1]
-    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left, 0.0), -spacing, 0.0)
-    log_inv = -jnp.log(-jnp.expm1(-spacing))
-    xa = lr + spacing  # share of the cell that goes down (0 when lr = -D)
-    xa_ok = xa > 0
-    log_a = cells_p - spacing + jnp.where(xa_ok, jnp.log(jnp.expm1(jnp.where(xa_ok, xa, 1.0))), _NEG) + log_inv
-    xb_ok = lr < 0
-    log_b = cells_p + jnp.where(xb_ok, jnp.log(-jnp.expm1(jnp.where(xb_ok, lr, -1.0))), _NEG) + log_inv
+    # lower bound on lr = log E_P[e^{-(L - l)} | cell] (the sliver below l rounded up to l lowers it by <= 2 eta)
+    err_lr = 16 * _U * (2.0 + jnp.abs(cells_p) + jnp.abs(cells_q) + jnp.abs(left)) + 2.02 * eta[:-1] * jnp.exp(spacing)
+    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left - err_lr, 0.0), -spacing, 0.0)
+    # share of the lower point, f = (e^lr - e^-D) / (1 - e^-D), lowered by its rounding
+    xa = lr + spacing
+    f = jnp.where(xa > 0, jnp.expm1(jnp.where(xa > 0, xa, 1.0)) / jnp.expm1(spacing), 0.0)
+    f = jnp.clip(f - 8 * _U * (1.0 + jnp.exp(spacing)), 0.0, 1.0)
+    log_a = cells_p + jnp.where(f > 0, jnp.log(jnp.where(f > 0, f, 1.0)), _NEG)
+    log_b = cells_p + jnp.where(f < 1, jnp.log1p(-jnp.where(f < 1, f, 0.0)), _NEG)
     neg_inf = jnp.full(1, _NEG)
     log_to_k = jnp.concatenate([log_a, neg_inf])  # a of cell k goes to point k
     log_from_below = jnp.concatenate([neg_inf, log_b])  # b of cell k-1 goes to point k
     log_entry = jnp.logaddexp(log_to_k, log_from_below)
-    log_entry = log_entry.at[0].set(jnp.logaddexp(log_entry[0], log_pm[0]))
-    # error: each cell's split is off by at most P_cell * err / (1 - e^{-D}) (+ P_cell * err itself)
-    log_cell_err = cells_p + log_err_rel[1:-1] + jnp.log1p(jnp.exp(log_inv))
-    log_err = jnp.logaddexp(jnp.concatenate([log_cell_err, neg_inf]), jnp.concatenate([neg_inf, log_cell_err]))
-    log_err = log_err.at[0].set(jnp.logaddexp(log_err[0], log_pm[0] + log_err_rel[0]))
-    log_pmf = jnp.logaddexp(log_entry + jnp.log1p(8 * _U), log_err)
+    log_entry = log_entry.at[0].set(jnp.logaddexp(log_entry[0], log_pm[0]))  # below the lattice: rounded up
+    log_pmf = log_entry + jnp.log1p(16 * _U)  # the split's and the sums' rounding
     log_pmf = jax.lax.optimization_barrier(jnp.logaddexp(log_pmf, math.log(_TINY)))
-    log_p_inf = jnp.logaddexp(log_pm[-1] + jnp.log1p(jnp.exp(log_err_rel[-1])), math.log(_TINY))
+    log_p_inf = jnp.logaddexp(log_pm[-1], math.log(_TINY))
+    log_p_inf = jnp.where(edges_ok, log_p_inf, 0.0)
     return _StepPmf(log_pmf, start, log_p_inf)
 
 

@@ -335,3 +335,16 @@ def test_fft_error_bound_covers_the_actual_rounding_error():
 def test_laplace_is_rejected_with_a_clear_error():
     with pytest.raises(NotImplementedError, match="supports Gaussian and mixture"):
         jaxdp.epsilon_for_delta(jaxdp.Laplace(1.0), delta=1e-5, num_steps=10, method="certified")
+
+
+def test_unconverged_cell_edges_make_the_step_vacuous(monkeypatch):
+    """Each cell edge's realised loss is checked; an edge off its target puts the step's whole
+    mass on the +inf atom (a vacuous, still valid bound), never a wrong finite pmf."""
+    m = jaxdp.MixtureOfGaussians.poisson_group(1.0, 0.1, 3)  # several c > 0: Newton's start is not the root
+    with x64():
+        args = ("remove", jnp.float64(-0.5), jnp.float64(1e-2), 2048)
+        good = _certified._step_pmf(m, *args)
+        monkeypatch.setattr(_certified, "NEWTON_MAX_ITER", 0)  # the edges stay at Newton's start
+        bad = _certified._step_pmf(m, *args)
+    assert float(good.log_p_inf) < -10.0  # the P-mass above the lattice top (loss 20)
+    assert float(bad.log_p_inf) == 0.0
