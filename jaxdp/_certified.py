@@ -204,6 +204,7 @@ def _log_ratio(x, log_p, c, s):
     return jax.nn.logsumexp(e, axis=-1)
 
 
+_START_GRID = 1024  # coarse grid of Newton starting points for the inverse of the log ratio
 _HERMITE_ORDER = 20
 _NARROW = 0.5
 
@@ -279,11 +280,21 @@ def _inverse_log_ratio(m, log_p, c, s):
         e = log_pp + (c * x[..., None] - 0.5 * c * c) / s2
         lse = jax.nn.logsumexp(e, axis=-1)
         slope = jnp.sum(jnp.exp(e - lse[..., None]) * c, axis=-1) / s2
-        return (lse - tau) / slope
+        return (lse - tau) / slope, slope
 
     usable = pos & (log_p > _NEG)
     starts = jnp.where(usable, (s2 * (tau[..., None] - log_p) + 0.5 * c * c) / c_safe, jnp.inf)
-    x0 = jax.lax.stop_gradient(jnp.min(starts, axis=-1))
+    x0 = jnp.min(starts, axis=-1)
+    # a closer start, still right of the root: one Newton step from the first point of a coarse
+    # grid where log S already exceeds the target (the tangent of a convex function lies below it)
+    xg = jnp.linspace(-_X_FAR * s, jnp.max(c) + _X_FAR * s, _START_GRID)
+    eg = log_pp + (c * xg[:, None] - 0.5 * c * c) / s2
+    lg = jax.nn.logsumexp(eg, axis=-1)
+    slope_g = jnp.sum(jnp.exp(eg - lg[:, None]) * c, axis=-1) / s2
+    j = jnp.clip(jnp.searchsorted(lg, tau), 0, _START_GRID - 1)
+    x_t = xg[j] - (lg[j] - tau) / slope_g[j]
+    x0 = jnp.where((lg[j] >= tau) & jnp.isfinite(x_t), jnp.minimum(x0, x_t), x0)
+    x0 = jax.lax.stop_gradient(x0)
     consts = jax.lax.stop_gradient((tau, log_pp, c, s2))
 
     def cond(state):
@@ -292,14 +303,16 @@ def _inverse_log_ratio(m, log_p, c, s):
 
     def body(state):
         i, x, _ = state
-        dx = newton_step(x, *consts)
-        dx = jnp.where(jnp.abs(dx) <= 4 * _U * (1.0 + jnp.abs(x)), 0.0, dx)
+        dx, slope = newton_step(x, *consts)
+        # converged: the step is within the rounding of x and of the residual (|lse| ~ |tau|)
+        noise = 4 * _U * (1.0 + jnp.abs(x)) + 8 * _U * (2.0 + jnp.abs(consts[0])) / slope
+        dx = jnp.where(jnp.abs(dx) <= noise, 0.0, dx)
         return i + 1, x - dx, jnp.max(jnp.abs(dx))
 
     _, x_star, _ = jax.lax.while_loop(cond, body, (0, x0, jnp.float64(1.0)))
     x_star = jax.lax.stop_gradient(x_star)
     # one Newton step with gradients at the root: the implicit derivative
-    step = newton_step(x_star, tau, log_pp, c, s2)
+    step, _ = newton_step(x_star, tau, log_pp, c, s2)
     x = x_star - step + jax.lax.stop_gradient(step)
     return jax.lax.optimization_barrier(jnp.where(above, x, -jnp.inf))
 
