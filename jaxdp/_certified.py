@@ -41,7 +41,12 @@ included):
    over a window of ``NUM_BINS`` lattice points from ``WINDOW_SDS_BELOW`` tilted
    standard deviations below its mean ``K'(t)`` (about the target epsilon) to
    ``WINDOW_SDS_ABOVE`` above it (or wider, when a step's own loss range needs
-   a coarser lattice).  Untilting:
+   a coarser lattice).  Each step's lattice is fine (``LATTICE_SIZE`` points)
+   up to where its tilted law has shed all but ``FINE_TILTED_MASS / n`` of its
+   mass and coarse above (``LATTICE_SIZE / COARSE_SHARE`` cells
+   ``COARSE_FACTOR`` spacings wide; connect-the-dots on a cell whose ends are
+   lattice points is as valid as on one spacing), up to the covered range;
+   lattice points beyond that range join the ``+inf`` atom.  Untilting:
    ``delta_fin(eps) = exp(sum_i n_i log Z_i - t eps) sum_{l > eps} p~_n(l) e^{-t (l - eps)} (1 - e^{eps - l})``,
    in log space, so its relative accuracy survives at delta = 1e-15 and far below.
 3. **Dropped mass, bounded.**  The FFT computes the composition *cyclically*:
@@ -130,12 +135,16 @@ __all__ = [
 ]
 
 NUM_BINS = 2**19  # FFT window (lattice points of the composed law)
+MIXTURE_NUM_BINS = 2**20  # the window for mixtures of more than two components (see _grid)
 LATTICE_SIZE = 2**17  # lattice points per step (zero-padded, or folded, to the window)
-FAST_GRID = (2**16, 2**14)  # (NUM_BINS, LATTICE_SIZE) of method="certified-fast": 8x coarser, ~6x faster
+FAST_GRID = (2**16, 2**14)  # (NUM_BINS, LATTICE_SIZE) of method="certified-fast": 8x coarser, ~6x faster (any mixture)
 WINDOW_SDS_BELOW = 4.0  # the window starts this many tilted standard deviations below the tilted mean
-WINDOW_SDS_ABOVE = 6.0  # and ends this many above it
+WINDOW_SDS_ABOVE = 6.0  # and ends this many above it (narrower windows let heavy tilted tails wrap around)
 Z_TAIL = 13.0  # default per-step output range, in noise standard deviations
 TAIL_FRACTION = 1e-8  # the +inf atoms may add at most this fraction of the estimated delta
+COARSE_FACTOR = 32  # above the fine lattice, LATTICE_SIZE / COARSE_SHARE cells 32 lattice spacings wide
+COARSE_SHARE = 8
+FINE_TILTED_MASS = 1e-2  # coarse cells may hold this much of the composed tilted law (see _fine_top)
 NEWTON_MAX_ITER = 60
 FALLBACK_TILT = 1.0  # a moderate tilt tried too when the first window fails
 TILT_FACTORS = np.array([1.0, 1.5, 2.25, 3.4, 8.0, 16.0])  # retried tilts, times the saddle point of the root
@@ -323,9 +332,17 @@ def _clamp_edges(x, c, s):
 
 
 class _StepPmf(NamedTuple):
-    log_pmf: jax.Array  # (lattice size,) log of the inflated lattice pmf at a + k D
+    log_pmf: jax.Array  # (lattice points,) log of the inflated lattice pmf at a + index D
     start: jax.Array  # a
     log_p_inf: jax.Array  # log P-mass of the +inf atom (inflated)
+    index: jax.Array  # (lattice points,) lattice index of each point: 0..L-1, then L-1 + COARSE_FACTOR j
+
+
+def _lattice_index(lattice_size, coarse_size):
+    """Lattice indices of the points: ``lattice_size`` consecutive, then ``coarse_size`` every ``COARSE_FACTOR``."""
+    fine = np.arange(lattice_size, dtype=np.float64)
+    coarse = lattice_size - 1 + COARSE_FACTOR * np.arange(1, coarse_size + 1, dtype=np.float64)
+    return np.concatenate([fine, coarse])
 
 
 def _loss_range(log_p, c, s, direction, z=Z_TAIL):
@@ -366,12 +383,19 @@ def _interval_log_masses(edges, log_p, c, s):
     return jax.lax.optimization_barrier((mix, gauss))
 
 
-def _grid(grid):
-    """``(num_bins, lattice_size)``: ``grid``, or the module's (read when traced) for None."""
-    return (NUM_BINS, LATTICE_SIZE) if grid is None else grid
+def _grid(grid, comp=None):
+    """``(num_bins, lattice_size)``: ``grid``, or the module's (read when traced) for None.
+
+    Compositions with a mixture of more than two components (group privacy) get ``MIXTURE_NUM_BINS``:
+    their tilted laws are wide, and a window of ``NUM_BINS`` would set a lattice spacing above 1e-4.
+    """
+    if grid is not None:
+        return grid
+    wide = comp is not None and any(_mixture_of(m)[0].shape[0] > 2 for m in comp.mechanisms)
+    return (MIXTURE_NUM_BINS if wide else NUM_BINS, LATTICE_SIZE)
 
 
-def _step_pmf(mech, direction: str, start, spacing, lattice_size=None) -> _StepPmf:
+def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_size=0, top=None) -> _StepPmf:
     """Inflated connect-the-dots lattice pmf of one step (see the module docstring, items 1 and 4).
 
     Floating point: each cell edge is solved for the loss ``l_k - eta_k`` and its
@@ -384,8 +408,9 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None) -> _StepP
     (relatively, a few ulp times ``|log P|``).
     """
     log_p, c, s = _mixture_of(mech)
-    k = jnp.arange(LATTICE_SIZE if lattice_size is None else lattice_size, dtype=jnp.float64)
-    ell = start + k * spacing
+    index = jnp.asarray(_lattice_index(LATTICE_SIZE if lattice_size is None else lattice_size, coarse_size))
+    ell = start + index * spacing
+    width = (index[1:] - index[:-1]) * spacing  # cell widths: D, then COARSE_FACTOR D
     c_max = jnp.max(c)
     s2 = s * s
     lp_max = jnp.max(jnp.where(log_p > _NEG, jnp.abs(log_p), 0.0))
@@ -412,12 +437,12 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None) -> _StepP
     cells_q = log_qm[1:-1]
     left = ell[:-1]
     # lower bound on lr = log E_P[e^{-(L - l)} | cell] (the sliver below l rounded up to l lowers it by <= 2 eta)
-    err_lr = 16 * _U * (2.0 + jnp.abs(cells_p) + jnp.abs(cells_q) + jnp.abs(left)) + 2.02 * eta[:-1] * jnp.exp(spacing)
-    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left - err_lr, 0.0), -spacing, 0.0)
-    # share of the lower point, f = (e^lr - e^-D) / (1 - e^-D), lowered by its rounding
-    xa = lr + spacing
-    f = jnp.where(xa > 0, jnp.expm1(jnp.where(xa > 0, xa, 1.0)) / jnp.expm1(spacing), 0.0)
-    f = jnp.clip(f - 8 * _U * (1.0 + jnp.exp(spacing)), 0.0, 1.0)
+    err_lr = 16 * _U * (2.0 + jnp.abs(cells_p) + jnp.abs(cells_q) + jnp.abs(left)) + 2.02 * eta[:-1] * jnp.exp(width)
+    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left - err_lr, 0.0), -width, 0.0)
+    # share of the lower point, f = (e^lr - e^-w) / (1 - e^-w) (w the cell width), lowered by its rounding
+    xa = lr + width
+    f = jnp.where(xa > 0, jnp.expm1(jnp.where(xa > 0, xa, 1.0)) / jnp.expm1(width), 0.0)
+    f = jnp.clip(f - 8 * _U * (1.0 + jnp.exp(width)), 0.0, 1.0)
     log_a = cells_p + jnp.where(f > 0, jnp.log(jnp.where(f > 0, f, 1.0)), _NEG)
     log_b = cells_p + jnp.where(f < 1, jnp.log1p(-jnp.where(f < 1, f, 0.0)), _NEG)
     neg_inf = jnp.full(1, _NEG)
@@ -428,8 +453,14 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None) -> _StepP
     log_pmf = log_entry + jnp.log1p(16 * _U)  # the split's and the sums' rounding
     log_pmf = jax.lax.optimization_barrier(jnp.logaddexp(log_pmf, math.log(_TINY)))
     log_p_inf = jnp.logaddexp(log_pm[-1], math.log(_TINY))
+    if top is not None:
+        # points above ``top`` (the covered loss range) join the +inf atom: a far, heavily tilted
+        # tail kept on the lattice would wrap around the FFT window into the bound
+        beyond = ell > top
+        log_p_inf = jnp.logaddexp(log_p_inf, jax.nn.logsumexp(jnp.where(beyond, log_pmf, _NEG)))
+        log_pmf = jnp.where(beyond, _NEG, log_pmf)  # moved: exactly zero there
     log_p_inf = jnp.where(edges_ok, log_p_inf, 0.0)
-    return _StepPmf(log_pmf, start, log_p_inf)
+    return _StepPmf(log_pmf, start, log_p_inf, index)
 
 
 class _Window(NamedTuple):
@@ -441,6 +472,26 @@ class _Window(NamedTuple):
     log_rest: jax.Array  # log(sum_i n_i p_inf,i + Chernoff bound above the window)
     log_rel: jax.Array  # log1p of the relative floating-point factor
     log_fft_error: jax.Array  # log of the 2-norm bound on (computed - exact) over the window
+
+
+def _fine_top(log_p, c, s, direction, t, n_total):
+    """Loss up to which the lattice must be fine: the tilted per-step law's bumps to their tolerance.
+
+    Under "remove" the tilted law ``Q R^{1+t}`` is at most ``K^t sum_i`` of Gaussian bumps centred at
+    ``(1 + t) c_i`` with weights ``p_i^{1+t} exp(t (1 + t) c_i^2 / (2 s^2))``; each is covered until its
+    share of the tilted mass drops below ``FINE_TILTED_MASS / n_total``.  Coarse cells above only
+    loosen the bound (second order in their width, times that mass).  Under "add" the loss is bounded
+    above and its top is where the mass is: the whole range stays fine.
+    """
+    if direction != "remove":
+        return jnp.inf
+    tt = jnp.maximum(t, 0.0)
+    ok = log_p > _NEG
+    log_w = jnp.where(ok, (1.0 + tt) * log_p + tt * (1.0 + tt) * c * c / (2.0 * s * s), _NEG)
+    z2 = 2.0 * (log_w - jax.nn.logsumexp(log_w) - math.log(FINE_TILTED_MASS) + jnp.log(n_total))
+    x = jnp.max(jnp.where(ok & (z2 > 0), (1.0 + tt) * c + jnp.sqrt(jnp.maximum(z2, 0.0)) * s, -jnp.inf))
+    x = jnp.where(jnp.isfinite(x), x, jnp.max(c) + _X_FAR * s)  # (the heaviest bump always qualifies)
+    return _log_ratio(x[None], log_p, c, s)[0]
 
 
 def _parts(comp: Composition):
@@ -460,7 +511,7 @@ def _tail_z(comp: Composition, log_delta_est):
 
 def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None) -> _Window:
     """The tilted composed lattice law on a window around its mean (module docstring)."""
-    num_bins, lattice_size = _grid(grid)
+    num_bins, lattice_size = _grid(grid, comp)
     fft_rho = _fft_rho(num_bins)
     t = jax.lax.stop_gradient(t)
     z = jax.lax.stop_gradient(_tail_z(comp, log_delta_est))
@@ -468,12 +519,21 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
     _, k1, k2 = jax.lax.stop_gradient(_saddlepoint._k012(comp, direction, t))
     sd = jnp.sqrt(jnp.maximum(k2, 1e-300))
     ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction, z)) for m, _ in parts]
+    # the fine lattice covers the tilted law (see _fine_top); above it, up to the range of z, cells
+    # may be COARSE_FACTOR wide
+    n_total = sum(n for _, n in parts)
+    fine_tops = [
+        jnp.minimum(jax.lax.stop_gradient(_fine_top(*_mixture_of(m), direction, t, n_total)), hi)
+        for (m, _), (_, hi) in zip(parts, ranges)
+    ]
+    coarse_size = lattice_size // COARSE_SHARE
+    reach = lattice_size - 1 + COARSE_FACTOR * coarse_size  # index of the last lattice point
     offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
     support = sum(n * (hi - lo) for (_, n), (lo, hi) in zip(parts, ranges))  # composed lattice range
     # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
     spacing = jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / num_bins
-    for lo, hi in ranges:
-        spacing = jnp.maximum(spacing, (hi - lo) / (lattice_size - 1))
+    for (lo, hi), top in zip(ranges, fine_tops):
+        spacing = jnp.maximum(spacing, jnp.maximum((hi - lo) / reach, (top - lo) / (lattice_size - 1)))
     spacing = jnp.maximum(spacing, 1e-300)
     width = num_bins * spacing
     start = jnp.clip(k1 - WINDOW_SDS_BELOW * sd, offset, jnp.maximum(offset + support - width, offset))
@@ -490,17 +550,21 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
     log_chernoff = 0.0
     pow_terms = 0.0
     s_grid = jnp.concatenate([t + _CHERNOFF_STEPS / sd, _CHERNOFF_ABS])  # any s >= 0 gives a valid bound
-    for (mech, n), (lo, _) in zip(parts, ranges):
-        fold = lattice_size // num_bins if lattice_size >= num_bins else 1
-        kd = jnp.arange(lattice_size, dtype=jnp.float64) * spacing
-        pmf = _step_pmf(mech, direction, lo, spacing, lattice_size)
+    for (mech, n), (lo, hi) in zip(parts, ranges):
+        # entries summed into one window point: the folds of the fine part, plus the coarse points
+        fold = (lattice_size // num_bins if lattice_size >= num_bins else 1) + -(-reach // num_bins)
+        pmf = _step_pmf(mech, direction, lo, spacing, lattice_size, coarse_size, hi + spacing)
+        kd = pmf.index * spacing
         tilted = pmf.log_pmf + t * kd
         log_z = jax.nn.logsumexp(tilted)
-        v = jnp.exp(tilted - log_z)
+        v_all = jnp.exp(tilted - log_z)
+        v = v_all[:lattice_size]
         if lattice_size >= num_bins:
-            v = v.reshape(fold, num_bins).sum(axis=0)
+            v = v.reshape(lattice_size // num_bins, num_bins).sum(axis=0)
         else:
             v = jnp.zeros(num_bins).at[:lattice_size].set(v)
+        coarse_at = np.mod(_lattice_index(lattice_size, coarse_size)[lattice_size:], num_bins).astype(np.int64)
+        v = v.at[coarse_at].add(v_all[lattice_size:])
         rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
         total = jnp.sum(v)
         norm2 = jnp.sqrt(jnp.sum(v * v))

@@ -232,14 +232,21 @@ _LOG_DELTA_EST = math.log(1e-6)
 
 
 def _window(mech, steps, direction, eps):
-    """The window and the first lattice point of ``mech`` it uses."""
+    """The first lattice point, the window, and the (dense) lattice pmf of ``mech`` it uses."""
     with x64():
         comp = to_f64(as_composition(mech, steps))
         t = jax.jit(lambda c: _certified._saddlepoint.saddle_point(c, direction, eps))(comp)
         win = jax.jit(lambda c: _certified._build_window(c, direction, t, _LOG_DELTA_EST))(comp)
         z = _certified._tail_z(comp, _LOG_DELTA_EST)
-        start = _certified._loss_range(*mech.mixture(), direction, z)[0]
-        return start, win
+        start, hi = _certified._loss_range(*mech.mixture(), direction, z)
+        size = _certified.LATTICE_SIZE
+        pmf = _certified._step_pmf(
+            mech, direction, start, win.spacing, size, size // _certified.COARSE_SHARE, hi + win.spacing
+        )
+        index = np.asarray(pmf.index).astype(int)
+        dense = np.zeros(index[-1] + 1)
+        dense[index] = np.exp(np.asarray(pmf.log_pmf))  # on every lattice index (0 between coarse points)
+        return float(start), win, dense, float(pmf.log_p_inf)
 
 
 def test_single_step_lattice_dominates_the_exact_gaussian():
@@ -279,19 +286,15 @@ def test_chernoff_term_bounds_the_mass_above_the_window(monkeypatch):
     monkeypatch.setattr(_certified, "WINDOW_SDS_ABOVE", 1.0)
     monkeypatch.setattr(_certified, "NUM_BINS", 2**14)
     mech = jaxdp.PoissonSubsampledGaussian(0.7, 0.3)
-    start, win = _window(mech, 4, "remove", 2.0)
-    with x64():
-        end = float(win.ell_start + _certified.NUM_BINS * win.spacing)
-        start = float(start)
-        pmf = _certified._step_pmf(mech, "remove", start, win.spacing)
-        p = np.exp(np.asarray(pmf.log_pmf))
+    start, win, p, log_p_inf = _window(mech, 4, "remove", 2.0)
+    end = float(win.ell_start) + _certified.NUM_BINS * float(win.spacing)
     two = np.clip(signal.fftconvolve(p, p), 0.0, None)  # two steps (absolute error ~1e-17)
     ell2 = 2 * start + np.arange(two.size) * float(win.spacing)
     survival = np.cumsum(two[::-1])[::-1]  # P(two steps >= ell2_j)
     # P(four steps >= end) = sum_i two_i P(two steps >= end - l_i)
     j = np.ceil((end - ell2 - 2 * start) / float(win.spacing) - 1e-9).astype(int)
     tail = np.where(j < two.size, survival[np.clip(j, 0, two.size - 1)], 0.0)
-    above = float(np.sum(two * tail)) + 4 * math.exp(float(pmf.log_p_inf))
+    above = float(np.sum(two * tail)) + 4 * math.exp(log_p_inf)
     assert above > 1e-6  # the test has teeth
     assert above <= math.exp(float(win.log_rest))
 
@@ -300,12 +303,10 @@ def test_fft_error_bound_covers_the_actual_rounding_error():
     """The FFT error bound exceeds ``||computed - exact||_2`` over the window (exact: numpy direct
     convolution), and the untilting sum with its Cauchy-Schwarz term exceeds the exact one."""
     mech = jaxdp.PoissonSubsampledGaussian(1.0, 0.3)
-    lo, win = _window(mech, 2, "remove", 1.0)
-    with x64():
-        pmf = _certified._step_pmf(mech, "remove", lo, win.spacing)
-        kd = jnp.arange(_certified.LATTICE_SIZE) * win.spacing
-        tilted = pmf.log_pmf + win.tilt * kd
-        v = np.asarray(jnp.exp(tilted - jax.nn.logsumexp(tilted)))
+    lo, win, p, _ = _window(mech, 2, "remove", 1.0)
+    with np.errstate(divide="ignore"):
+        tilted = np.log(p) + float(win.tilt) * np.arange(p.size) * float(win.spacing)
+    v = np.exp(tilted - np.logaddexp.reduce(tilted))
     keep = np.flatnonzero(v > 1e-30)  # the rest adds < 1e-25 to any point, far below the bound
     first, last = keep[0], keep[-1] + 1
     exact = np.convolve(v[first:last], v[first:last])  # direct: the 2-fold law without FFT rounding
