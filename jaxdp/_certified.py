@@ -383,7 +383,7 @@ def _interval_log_masses(edges, log_p, c, s):
     return jax.lax.optimization_barrier((mix, gauss))
 
 
-def _grid(grid, comp=None):
+def _grid(grid, comp):
     """``(num_bins, lattice_size)``: ``grid``, or the module's (read when traced) for None.
 
     Compositions with a mixture of more than two components (group privacy) get ``MIXTURE_NUM_BINS``:
@@ -391,7 +391,7 @@ def _grid(grid, comp=None):
     """
     if grid is not None:
         return grid
-    wide = comp is not None and any(_mixture_of(m)[0].shape[0] > 2 for m in comp.mechanisms)
+    wide = any(_mixture_of(m)[0].shape[0] > 2 for m in comp.mechanisms)
     return (MIXTURE_NUM_BINS if wide else NUM_BINS, LATTICE_SIZE)
 
 
@@ -609,9 +609,9 @@ def _log_weights(win: _Window, eps):
     return jnp.where(above, -win.tilt * gap_s + jnp.log(-jnp.expm1(-gap_s)), _NEG)
 
 
-def _log_fft_term(win: _Window, eps):
-    """Cauchy-Schwarz bound ``||w(eps)||_2 ||e||_2`` on the FFT error's share of the untilting sum."""
-    return win.log_fft_error + 0.5 * jax.nn.logsumexp(2.0 * _log_weights(win, eps), axis=-1)
+def _log_fft_term(win: _Window, log_w):
+    """Cauchy-Schwarz bound ``||w||_2 ||e||_2`` on the FFT error's share of the untilting sum (``log_w``: log w)."""
+    return win.log_fft_error + 0.5 * jax.nn.logsumexp(2.0 * log_w, axis=-1)
 
 
 def _window_log_delta(win: _Window, eps):
@@ -619,7 +619,7 @@ def _window_log_delta(win: _Window, eps):
     eps = jnp.asarray(eps)
     num_bins = win.log_y.shape[-1]
     log_w = _log_weights(win, eps)
-    log_s = jnp.logaddexp(jax.nn.logsumexp(win.log_y + log_w, axis=-1), _log_fft_term(win, eps))
+    log_s = jnp.logaddexp(jax.nn.logsumexp(win.log_y + log_w, axis=-1), _log_fft_term(win, log_w))
     log_fin = win.log_scale - win.tilt * eps + log_s + win.log_rel + jnp.log1p(4 * _U * num_bins)
     inside = (eps >= win.ell_start) & (eps < win.ell_start + (num_bins - 1) * win.spacing)
     out = jnp.logaddexp(log_fin, win.log_rest)
@@ -691,7 +691,7 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
         return jnp.clip(eps, ell[r_star], ell[r_star + 1]), found
 
     eps0, found0 = root(log_target)
-    log_fft0 = -win.tilt * eps0 + _log_fft_term(win, eps0)
+    log_fft0 = -win.tilt * eps0 + _log_fft_term(win, _log_weights(win, eps0))
     lowered = found0 & (log_fft0 < log_target)
     eps, found = root(jnp.where(lowered, log_sub_exp(log_target, jnp.minimum(log_fft0, log_target)), log_target))
     found = found & lowered
