@@ -15,8 +15,11 @@ included):
    Kamath, Kumar & Manurangsi, PETS 2022).  The privacy loss ``L = log dP/dQ``
    is monotone in the output ``x``, so the preimage of a loss cell
    ``[l_k, l_k + D]`` is an interval of ``x`` and its masses ``P_k``, ``Q_k`` are
-   differences of normal CDFs, computed in log space (Gauss-Legendre on narrow
-   intervals, ``log_ndtr`` differences on wide ones; no sampling).  The cell's
+   sums of differences of normal CDFs (no sampling): on a narrow interval
+   ``w phi(m) E`` with ``E`` a Hermite series in the width ``w`` (taken from
+   the difference of the edges, exact, not of the rounded standardised ends),
+   summed over the mixture's components in linear space relative to the
+   largest term; on a wide one ``log_ndtr`` differences in log space.  The cell's
    ``P``-mass is split between its two end points, ``a_k`` at ``l_k`` and ``b_k``
    at ``l_k + D``, so that both ``P`` and ``Q = exp(-l) P`` masses are kept
    (``a_k + b_k = P_k``, ``a_k e^{-l_k} + b_k e^{-l_k - D} = Q_k``).
@@ -76,8 +79,15 @@ included):
    its own rounding: the pair used is the connect-the-dots pair with some mass
    moved *up* within cells, which only grows every hockey-stick divergence
    (stochastic order is kept by convolution and ``(1 - e^{eps - l})_+`` grows
-   with ``l``).  Only the masses are inflated, relatively (``8 u (2 + |log P_k|)``
-   and ``16 u`` for the split), so the floating-point slack does not grow as
+   with ``l``).  The cells are those of the floating-point edges exactly: the
+   rounding of each component's standardised ends and midpoint, the series and
+   the sums make a relative error of each computed mass, bounded per cell by
+   :func:`_interval_log_masses` (``64 u (K + 4 + |log P_k| + max |log p_i| + Z^2)``,
+   ``Z`` the edge in deviations plus ``c_max / s`` and 2; ``K + 2`` times that
+   for the log-space cells); ``P_k`` is inflated by its bound and ``Q_k``'s
+   enters the lower bound on ``log E_P[e^{-(L - l_k)}]``.  Only the masses are
+   inflated, relatively (that bound, ``8 u (2 + |log P_k|)`` for the
+   inflation itself and ``16 u`` for the split), so the floating-point slack does not grow as
    the lattice gets finer (it used to be inflated by the split's error times
    ``1 / (1 - e^{-D})``, ~2e-6 relative in delta at 2,000 steps); (b) the errors of the forward FFT,
    the powers and the inverse FFT are bounded in the 2-norm, their sum ``B``
@@ -193,6 +203,9 @@ class CertifiedResult(NamedTuple):
     log_delta_upper: jax.Array
 
 
+_UNROLL = 24  # mixtures with at most this many components are summed in one fused loop
+
+
 def _mixture_of(mech):
     """``(log_p, c, s)`` of a mechanism whose dominating pair is a Gaussian mixture."""
     if isinstance(mech, Gaussian):
@@ -207,33 +220,89 @@ def _mixture_of(mech):
     )
 
 
+def _mixture_terms(x, log_p, c, s2, slope=False):
+    """``log sum_i exp(e_i)``, ``e_i = log p_i + (c_i x - c_i^2 / 2) / s^2``; with ``slope`` its derivative too.
+
+    Unrolled over the components for small mixtures and many points (one fused loop over ``x``), else a
+    reduction over a trailing axis.
+    """
+    k = log_p.shape[0]
+    # (not for a few points: XLA fuses an unrolled scalar chain into every large loop that uses it)
+    if k <= _UNROLL and jnp.size(x) > _START_GRID:
+        es = [log_p[i] + (c[i] * x - 0.5 * c[i] * c[i]) / s2 for i in range(k)]
+        r = es[0]
+        for e in es[1:]:
+            r = jnp.maximum(r, e)
+        r = jax.lax.stop_gradient(jnp.where(jnp.isfinite(r), r, 0.0))
+        ws = [jnp.exp(e - r) for e in es]
+        total = sum(ws)
+        lse = r + jnp.log(total)
+        if not slope:
+            return lse
+        return lse, sum(wi * c[i] for i, wi in enumerate(ws)) / (total * s2)
+    e = log_p + (c * x[..., None] - 0.5 * c * c) / s2
+    lse = jax.nn.logsumexp(e, axis=-1)
+    if not slope:
+        return lse
+    return lse, jnp.sum(jnp.exp(e - lse[..., None]) * c, axis=-1) / s2
+
+
 def _log_ratio(x, log_p, c, s):
     """``M(x) = log sum_i p_i exp((c_i x - c_i^2 / 2) / s^2)`` (vectorised over x)."""
-    e = log_p + (c * x[..., None] - 0.5 * c * c) / (s * s)
-    return jax.nn.logsumexp(e, axis=-1)
+    return _mixture_terms(x, log_p, c, s * s)
 
 
 _START_GRID = 1024  # coarse grid of Newton starting points for the inverse of the log ratio
-_HERMITE_ORDER = 20
+_HERMITE_ORDER = 20  # series order for w max(1, |m|) <= _NARROW (first omitted term < 1e-20)
 _NARROW = 0.5
+_FAST_ORDER = 10  # the same for the linear-space sum of the cells, w max(1, |m|) <= _FAST_NARROW
+_FAST_NARROW = 0.125
+_BAD_CELLS = 1024  # cells computed in log space (a component is wide there) without the full fallback
 
 
-def _log_mean_factor(m, w):
-    """``log E`` with ``Phi(m + w/2) - Phi(m - w/2) = w phi(m) E`` for ``w max(1, |m|) <= 1/2``.
+def _mean_factor(m, w, order=_HERMITE_ORDER):
+    """``E - 1`` with ``Phi(m + w/2) - Phi(m - w/2) = w phi(m) E`` for ``w max(1, |m|)`` small.
 
     ``phi(m + s) / phi(m) = sum_k He_k(m) (-s)^k / k!``; averaging over ``|s| <= w/2``
-    keeps the even terms ``He_k(m) (w/2)^k / ((k + 1) k!)`` (k <= 20: below 1e-16 there).
+    keeps the even terms ``He_k(m) (w/2)^k / ((k + 1) k!)``.  With
+    ``|He_k(m)| <= 2^{k/2} (|m|^k + sqrt(k!))`` the first omitted term is below
+    ``(theta / sqrt 2)^k (1 / k! + 1 / sqrt(k!))`` for ``w max(1, |m|) <= theta``:
+    ``4e-21`` for order 20 and ``theta = 1/2``, ``1e-17`` for order 10 and ``theta = 1/8``.
     """
     he_prev, he = jnp.ones_like(m), m  # He_0, He_1
     x2 = (0.5 * w) ** 2
     power = jnp.ones_like(m)
     total = jnp.zeros_like(m)
-    for k in range(1, _HERMITE_ORDER):
+    for k in range(1, order):
         he_prev, he = he, m * he - k * he_prev  # He_{k+1}
         if (k + 1) % 2 == 0:
             power = power * x2  # (w/2)^{k+1}
             total = total + he * (power / float((k + 2) * math.factorial(k + 1)))
-    return jnp.log1p(total)
+    return total
+
+
+def _log_interval(a, b, w, m):
+    """``log(Phi(b) - Phi(a))`` given also the width ``w`` and midpoint ``m`` (each computed as accurately as
+    the caller can: a narrow interval's mass is ``w phi(m) E``, so ``w`` must not come from ``b - a`` when
+    ``a`` and ``b`` are rounded values of larger numbers)."""
+    empty = ~(w > 0) | ~(b > a)
+    a = jnp.where(empty, 0.0, a)
+    b = jnp.where(empty, 1.0, b)
+    w = jnp.where(empty, 1.0, w)
+    m = jnp.where(empty, 0.5, m)
+    both_inf = jnp.isinf(a) & jnp.isinf(b)
+    flip = jnp.where(both_inf, False, m > 0)
+    a, b = jnp.where(flip, -b, a), jnp.where(flip, -a, b)
+    narrow = jnp.isfinite(w) & (w * jnp.maximum(1.0, jnp.abs(m)) <= _NARROW)
+    w_n = jnp.where(narrow, w, 1.0)
+    m_n = jnp.where(narrow, m, 0.0)
+    narrow_val = -0.5 * m_n * m_n - 0.5 * math.log(2.0 * math.pi) + jnp.log(w_n) + jnp.log1p(_mean_factor(m_n, w_n))
+    a_w = jnp.where(narrow, -1.0, a)
+    b_w = jnp.where(narrow, 0.0, b)
+    lb = log_ndtr(b_w)
+    wide_val = lb + log1mexp(jnp.minimum(log_ndtr(a_w) - lb, 0.0))
+    out = jnp.where(narrow, narrow_val, wide_val)
+    return jnp.where(empty, -jnp.inf, out)
 
 
 def log_normal_interval(lo, hi):
@@ -241,29 +310,19 @@ def log_normal_interval(lo, hi):
 
     Reflected so that the midpoint is ``<= 0``.  Narrow intervals
     (``width x max(1, |mid|) <= 1/2``) use the Hermite series of
-    :func:`_log_mean_factor`; wide ones ``log Phi(b) + log(1 - Phi(a) / Phi(b))``.
+    :func:`_mean_factor`; wide ones ``log Phi(b) + log(1 - Phi(a) / Phi(b))``.
     """
     lo = jnp.asarray(lo, jnp.float64)
     hi = jnp.asarray(hi, jnp.float64)
-    empty = ~(hi > lo)  # also both ends the same infinity
-    lo = jnp.where(empty, 0.0, lo)
-    hi = jnp.where(empty, 1.0, hi)
-    both_inf = jnp.isinf(lo) & jnp.isinf(hi)
-    flip = jnp.where(both_inf, False, (lo + hi) > 0)
-    a = jnp.where(flip, -hi, lo)
-    b = jnp.where(flip, -lo, hi)
-    w = b - a
-    m = 0.5 * (a + b)
-    narrow = jnp.isfinite(w) & (w * jnp.maximum(1.0, jnp.abs(m)) <= _NARROW)
-    w_n = jnp.where(narrow, w, 1.0)
-    m_n = jnp.where(narrow, m, 0.0)
-    narrow_val = -0.5 * m_n * m_n - 0.5 * math.log(2.0 * math.pi) + jnp.log(w_n) + _log_mean_factor(m_n, w_n)
-    a_w = jnp.where(narrow, -1.0, a)
-    b_w = jnp.where(narrow, 0.0, b)
-    lb = log_ndtr(b_w)
-    wide_val = lb + log1mexp(jnp.minimum(log_ndtr(a_w) - lb, 0.0))
-    out = jnp.where(narrow, narrow_val, wide_val)
-    return jnp.where(empty, -jnp.inf, out)
+    finite = jnp.isfinite(lo) & jnp.isfinite(hi)
+    w = jnp.where(finite, hi - lo, jnp.inf)
+    m = jnp.where(finite, 0.5 * (lo + hi), jnp.where(jnp.isinf(lo) & jnp.isinf(hi), 0.0, lo + hi))
+    return _log_interval(lo, hi, w, m)
+
+
+def _log_interval_x(xa, xb, c, s):
+    """``log N(c, s^2)([xa, xb])``: width from ``xb - xa`` (exact for adjacent edges), ends rounded separately."""
+    return _log_interval((xa - c) / s, (xb - c) / s, (xb - xa) / s, (0.5 * (xa + xb) - c) / s)
 
 
 def _inverse_log_ratio(m, log_p, c, s):
@@ -286,9 +345,7 @@ def _inverse_log_ratio(m, log_p, c, s):
     s2 = s * s
 
     def newton_step(x, tau, log_pp, c, s2):
-        e = log_pp + (c * x[..., None] - 0.5 * c * c) / s2
-        lse = jax.nn.logsumexp(e, axis=-1)
-        slope = jnp.sum(jnp.exp(e - lse[..., None]) * c, axis=-1) / s2
+        lse, slope = _mixture_terms(x, log_pp, c, s2, slope=True)
         return (lse - tau) / slope, slope
 
     usable = pos & (log_p > _NEG)
@@ -360,27 +417,101 @@ def _loss_range(log_p, c, s, direction, z=Z_TAIL):
     return lo, hi
 
 
-def _interval_log_masses(edges, log_p, c, s):
-    """Log masses between consecutive ``edges`` under the mixture and under ``N(0, s^2)``.
+def _exact_log_masses(xa, xb, log_p, c, s):
+    """Log masses of ``[xa, xb]`` under the mixture and under ``N(0, s^2)``, component by component in log space."""
 
-    The Gaussian masses are those of a ``c = 0`` component when the mixture
-    has one (the Poisson-subsampled Gaussian does), else computed separately.
-    """
+    def body(acc, comp):
+        lp, ci = comp
+        return jnp.logaddexp(acc, lp + jnp.maximum(_log_interval_x(xa, xb, ci, s), _NEG)), None
 
-    def interval(shift):
-        z = (edges - shift) / s
-        return log_normal_interval(z[:-1], z[1:])
+    mix, _ = jax.lax.scan(body, jnp.full(xa.shape, _NEG), (jnp.maximum(log_p, _NEG), c))
+    return mix, jnp.maximum(_log_interval_x(xa, xb, 0.0, s), _NEG)
+
+
+def _linear_mixture_sum(factor, x, lp, c, inv_s):
+    """``(R, S)`` with ``sum_i exp(lp_i - m_i^2 / 2) factor(m_i) = e^R S``, ``m_i = (x - c_i) / s``, ``R`` the largest
+    exponent (no gradient).  Unrolled over the components (XLA fuses it into one loop over ``x``, ~6x faster than
+    a reduction over a (components, points) array); an online rescaled scan for large mixtures."""
+    k = lp.shape[0]
+    if k <= _UNROLL:
+        ms = [(x - c[i]) * inv_s for i in range(k)]
+        expos = [lp[i] - 0.5 * ms[i] * ms[i] for i in range(k)]
+        r = expos[0]
+        for e in expos[1:]:
+            r = jnp.maximum(r, e)
+        r = jax.lax.stop_gradient(r)
+        total = sum(jnp.exp(e - r) * factor(mi) for e, mi in zip(expos, ms))
+        return r, total
 
     def body(carry, comp):
-        acc, gauss = carry
-        lp, ci = comp
-        masses = jnp.maximum(interval(ci), _NEG)
-        return (jnp.logaddexp(acc, lp + masses), jnp.where(ci == 0, masses, gauss)), None
+        r, total = carry
+        lpi, ci = comp
+        mi = (x - ci) * inv_s
+        e = lpi - 0.5 * mi * mi
+        r_new = jax.lax.stop_gradient(jnp.maximum(r, e))
+        return (r_new, total * jnp.exp(r - r_new) + jnp.exp(e - r_new) * factor(mi)), None
 
-    acc0 = jnp.full(edges.shape[0] - 1, _NEG)
-    (mix, gauss), _ = jax.lax.scan(body, (acc0, acc0), (jnp.maximum(log_p, _NEG), c))
-    gauss = jax.lax.cond(jnp.any(c == 0), lambda: gauss, lambda: jnp.maximum(interval(0.0), _NEG))
-    return jax.lax.optimization_barrier((mix, gauss))
+    (r, total), _ = jax.lax.scan(body, (jnp.full(x.shape, 2 * _NEG), jnp.zeros(x.shape)), (lp, c))
+    return r, total
+
+
+def _interval_log_masses(edges, log_p, c, s):
+    """Log masses between consecutive ``edges`` under the mixture and under ``N(0, s^2)``, with error bounds.
+
+    Returns ``(log_mix, log_gauss, err_mix, err_gauss)``, the errors bounds on the
+    *relative* error of each mass.  The cells are those of the floating-point
+    edges exactly: a cell's width comes from ``xb - xa`` (exact for adjacent
+    edges, Sterbenz) and its mass is ``w phi(m) E`` (Hermite series of
+    :func:`_mean_factor`); rounding the midpoint ``m`` or, for a wide interval,
+    the ends ``(x - c) / s`` of each component is a relative error of the mass
+    below ``~40 u Z^2`` (``Z`` the larger end in deviations, plus ``c_max / s``
+    and 2), and ``log_ndtr``'s few ulp are ``u Z^2`` too.  Where every component
+    is narrow (``w max(1, |m|) <= 1/8``: all but a few hundred cells at the ends)
+    the mixture is summed in linear space, ``e^R sum_i e^{log p_i - m_i^2 / 2 - R} E_i``
+    with ``R`` the largest exponent: one logarithm per cell instead of one
+    ``log`` and one ``logaddexp`` per component.  The other cells (up to
+    ``_BAD_CELLS``, else all of them) are summed in log space.
+    """
+    k = log_p.shape[0]
+    xa, xb = edges[:-1], edges[1:]
+    lp = jnp.maximum(log_p, _NEG)
+    inv_s = 1.0 / s
+    w = (xb - xa) * inv_s
+    xm = 0.5 * (xa + xb)
+    m0 = xm * inv_s
+    # the largest |m_i| is at the smallest or the largest mean
+    m_far = jnp.maximum(jnp.abs(m0 - jnp.min(c) * inv_s), jnp.abs(m0 - jnp.max(c) * inv_s))
+    empty = ~(w > 0)  # equal edges (clamped); a decreasing pair fails the edge check of _step_pmf
+    bad = ~(w * jnp.maximum(1.0, jnp.maximum(m_far, jnp.abs(m0))) <= _FAST_NARROW) & ~empty
+    # the linear-space sum, on inputs made harmless where a cell is bad (its value is replaced)
+    w_g = jnp.where(bad | empty, 1e-3, w)
+    xm_g = jnp.where(bad | empty, 0.0, xm)
+    m0_g = jnp.where(bad | empty, 0.0, m0)
+    total = _linear_mixture_sum(lambda mi: 1.0 + _mean_factor(mi, w_g, _FAST_ORDER), xm_g, lp, c, inv_s)
+    log_w = jnp.log(w_g) - 0.5 * math.log(2.0 * math.pi)
+    mix = jnp.where(empty, _NEG, total[0] + jnp.log(total[1]) + log_w)
+    gauss = jnp.where(empty, _NEG, -0.5 * m0_g * m0_g + jnp.log1p(_mean_factor(m0_g, w_g, _FAST_ORDER)) + log_w)
+
+    def gathered(mix, gauss):
+        idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0]
+        mix_b, gauss_b = _exact_log_masses(jnp.take(xa, idx, mode="clip"), jnp.take(xb, idx, mode="clip"), log_p, c, s)
+        return mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
+
+    def everywhere(mix, gauss):
+        mix_e, gauss_e = _exact_log_masses(xa, xb, log_p, c, s)
+        return jnp.where(bad, mix_e, mix), jnp.where(bad, gauss_e, gauss)
+
+    mix, gauss = jax.lax.cond(jnp.sum(bad) <= _BAD_CELLS, gathered, everywhere, mix, gauss)
+    mix = jnp.maximum(mix, _NEG)
+    gauss = jnp.maximum(gauss, _NEG)
+    # relative error bounds: the linear sum (K terms of a few ulp of their exponents), or the log-space sum
+    # (K logaddexps of values of size |log P|), plus the rounding of the arguments and log_ndtr (Z^2)
+    z2 = ((jnp.maximum(jnp.abs(xa), jnp.abs(xb)) + jnp.max(c)) * inv_s + 2.0) ** 2
+    lp_max = jnp.max(jnp.where(lp > _NEG, jnp.abs(lp), 0.0))
+    mult = jnp.where(bad, k + 2.0, 1.0)
+    err_mix = 64 * _U * mult * (k + 4.0 + jnp.abs(mix) + lp_max + z2) + 1e-300
+    err_gauss = 64 * _U * (5.0 + jnp.abs(gauss) + z2) + 1e-300
+    return jax.lax.optimization_barrier((mix, gauss, err_mix, err_gauss))
 
 
 def _grid(grid, comp):
@@ -405,7 +536,7 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
     computed from a lower bound on the cell's ``E_P[e^{-(L - l_k)}]`` and lowered
     by its own rounding, which moves mass *up* within the cell (dominance is
     kept) instead of adding mass; only the masses themselves are inflated
-    (relatively, a few ulp times ``|log P|``).
+    (relatively, by the error bounds of :func:`_interval_log_masses`).
     """
     log_p, c, s = _mixture_of(mech)
     index = jnp.asarray(_lattice_index(LATTICE_SIZE if lattice_size is None else lattice_size, coarse_size))
@@ -425,19 +556,24 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
     edges_ok = jnp.all(jnp.where(interior, (realised <= ell - rho) & (realised >= ell - 2.0 * eta + rho), True))
     if direction == "remove":
         edges = jnp.concatenate([(-_X_FAR * s)[None], x, (c_max + _X_FAR * s)[None]])
-        log_pm, log_qm = _interval_log_masses(edges, log_p, c, s)
+        log_pm, log_qm, err_pm, err_qm = _interval_log_masses(edges, log_p, c, s)
     else:
         edges = jnp.concatenate([(-_X_FAR * s)[None], x[::-1], (c_max + _X_FAR * s)[None]])
-        log_qm, log_pm = _interval_log_masses(edges, log_p, c, s)
-        log_pm, log_qm = log_pm[::-1], log_qm[::-1]
+        log_qm, log_pm, err_qm, err_pm = _interval_log_masses(edges, log_p, c, s)
+        log_pm, log_qm, err_pm, err_qm = log_pm[::-1], log_qm[::-1], err_pm[::-1], err_qm[::-1]
     # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
-    # P-masses inflated by their relative error (log P to a few ulp of |log P|)
-    log_pm = log_pm + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))
+    # P-masses inflated by their relative error bound (and the rounding of doing so)
+    log_pm = log_pm - jnp.log1p(-err_pm) + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))
     cells_p = log_pm[1:-1]
     cells_q = log_qm[1:-1]
     left = ell[:-1]
     # lower bound on lr = log E_P[e^{-(L - l)} | cell] (the sliver below l rounded up to l lowers it by <= 2 eta)
-    err_lr = 16 * _U * (2.0 + jnp.abs(cells_p) + jnp.abs(cells_q) + jnp.abs(left)) + 2.02 * eta[:-1] * jnp.exp(width)
+    # and the error of the computed Q-mass
+    err_lr = (
+        16 * _U * (2.0 + jnp.abs(cells_p) + jnp.abs(cells_q) + jnp.abs(left))
+        + 1.01 * err_qm[1:-1]
+        + 2.02 * eta[:-1] * jnp.exp(width)
+    )
     lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left - err_lr, 0.0), -width, 0.0)
     # share of the lower point, f = (e^lr - e^-w) / (1 - e^-w) (w the cell width), lowered by its rounding
     xa = lr + width
@@ -617,6 +753,9 @@ def _log_fft_term(win: _Window, log_w):
 def _window_log_delta(win: _Window, eps):
     """Certified log delta at ``eps`` from the window (0 where ``eps`` is outside it)."""
     eps = jnp.asarray(eps)
+    if eps.ndim:  # a few candidates: one fused pass each (a reduction over a 2-D array is several times slower)
+        outs = [_window_log_delta(win, e) for e in eps]
+        return jnp.stack([o[0] for o in outs]), jnp.stack([o[1] for o in outs])
     num_bins = win.log_y.shape[-1]
     log_w = _log_weights(win, eps)
     log_s = jnp.logaddexp(jax.nn.logsumexp(win.log_y + log_w, axis=-1), _log_fft_term(win, log_w))

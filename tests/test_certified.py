@@ -226,6 +226,51 @@ def test_log_normal_interval_matches_mpmath(lo, hi):
     assert got == pytest.approx(want, rel=1e-14, abs=1e-14)
 
 
+@pytest.mark.parametrize("path", ["gathered", "everywhere", "scan"])
+def test_interval_masses_within_their_error_bounds(path, monkeypatch):
+    """Cell masses of a 5-component mixture and of N(0, s^2) against mpmath on the exact floating-point edges.
+
+    Fine cells take the linear-space sum, wide ones (and the outer intervals) the log-space one: up to
+    ``_BAD_CELLS`` gathered (``gathered``), or all cells when more are wide (``everywhere``); ``scan``
+    sums the linear-space part by the online scan used for large mixtures.
+    """
+    mp = pytest.importorskip("mpmath")
+    mp.mp.dps = 40
+    if path == "everywhere":
+        monkeypatch.setattr(_certified, "_BAD_CELLS", 4)
+    if path == "scan":
+        monkeypatch.setattr(_certified, "_UNROLL", 0)
+    log_p, c, s = jaxdp.MixtureOfGaussians.poisson_group(1.3, 0.05, 4).mixture()
+    rng = np.random.default_rng(0)
+    fine = np.cumsum(rng.uniform(1e-6, 4e-4, 20000)) - 1.0  # -1 .. ~3
+    wide = np.linspace(-9.0, -1.05, 40)  # cells 0.2 wide out at 5 deviations: log-space
+    edges = np.concatenate([[-40 * 1.3], wide, fine, [fine[-1]], [4.0 + 40 * 1.3]])  # one empty cell
+    with x64():
+        mix, gauss, err_mix, err_gauss = map(
+            np.asarray, _certified._interval_log_masses(jnp.asarray(edges), log_p, c, s)
+        )
+        log_p, c, s = np.asarray(log_p), np.asarray(c), float(s)
+    xa, xb = edges[:-1], edges[1:]
+    w = (xb - xa) / s
+    m_far = np.maximum(np.abs(0.5 * (xa + xb) / s), np.abs(0.5 * (xa + xb) / s - c.max() / s))
+    n_bad = int(np.sum(w * np.maximum(1.0, m_far) > _certified._FAST_NARROW))
+    assert 40 < n_bad < 1024  # both kinds of cell are there (and more than _BAD_CELLS for "everywhere")
+    assert mix[-2] == _certified._NEG and gauss[-2] == _certified._NEG  # the empty cell has no mass
+    cells = np.concatenate([np.arange(45), [len(xa) - 1], rng.choice(np.arange(45, len(xa) - 2), 150, replace=False)])
+    s_mp = mp.mpf(s)
+    for j in cells:
+        a, b = mp.mpf(xa[j]), mp.mpf(xb[j])
+        want_g = mp.ncdf(b / s_mp) - mp.ncdf(a / s_mp)
+        want_m = sum(
+            mp.exp(mp.mpf(lp)) * (mp.ncdf((b - mp.mpf(ci)) / s_mp) - mp.ncdf((a - mp.mpf(ci)) / s_mp))
+            for lp, ci in zip(log_p, c)
+        )
+        for got, want, err in ((mix[j], want_m, err_mix[j]), (gauss[j], want_g, err_gauss[j])):
+            rel = abs(float(mp.exp(mp.mpf(got)) / want - 1))
+            assert rel <= err, (j, rel, err)
+            assert err < (1e-12 if 45 <= j < len(xa) - 1 else 1e-9)  # a bound that means something
+
+
 _LOG_DELTA_EST = math.log(1e-6)
 
 
