@@ -866,8 +866,10 @@ def epsilon_certified(comp, direction, log_delta, grid=None):
         t_ref = jax.lax.stop_gradient(_saddlepoint.saddle_point(comp, direction, eps_ref))
         tilts = jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
         frozen = jax.lax.stop_gradient(comp)
+        scan_grid = FAST_GRID if grid is None else grid  # the tilts are ranked on the coarse lattice (~6x cheaper)
         eps = jax.lax.map(
-            lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta, grid), log_delta, eps_ref), tilts
+            lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta, scan_grid), log_delta, eps_ref),
+            tilts,
         )
         best = jnp.argmin(eps)
         return jnp.where(jnp.isfinite(eps[best]), solve(tilts[best], eps_ref), jnp.inf)
