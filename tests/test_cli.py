@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -187,3 +188,22 @@ def test_sweep_writes_csv_and_heatmap(capsys, tmp_path):
 def test_sweep_bad_list(capsys):
     assert main("sweep --target-epsilon 4 --delta 1e-5 --q 0.1,x --steps 10".split()) == 2
     assert "comma-separated" in capsys.readouterr().err
+
+
+def test_command_line_keeps_compiled_programs_between_runs(tmp_path):
+    """The CLI turns on JAX's persistent compilation cache (in JAXDP_CACHE_DIR here), so a second run skips the
+    compile; JAXDP_CACHE_DIR=off leaves it off."""
+    cache = tmp_path / "xla"
+    argv = [sys.executable, "-m", "jaxdp", "delta", "--sigma", "1.0", "--steps", "10", "--epsilon", "1.0"]
+    argv += ["--method", "saddlepoint-certified", "--json"]
+    env = {**os.environ, "JAXDP_CACHE_DIR": str(cache)}
+    first = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
+    entries = sorted(p.name for p in cache.iterdir())
+    assert entries  # the compiled program was written
+    second = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
+    assert second["delta"] == first["delta"]
+    assert sorted(p.name for p in cache.iterdir()) == entries  # read back, not compiled anew
+    off = tmp_path / "off"
+    env = {**os.environ, "JAXDP_CACHE_DIR": "off", "XDG_CACHE_HOME": str(off)}
+    subprocess.run(argv, capture_output=True, text=True, check=True, env=env)
+    assert not off.exists()
