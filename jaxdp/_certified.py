@@ -220,6 +220,16 @@ def _mixture_of(mech):
     )
 
 
+def _scaled_exps(es):
+    """``(r, [exp(e - r) for e in es])`` with ``r`` the elementwise largest of ``es`` (no gradient; 0 where none is
+    finite): the shared step of the unrolled sums over mixture components."""
+    r = es[0]
+    for e in es[1:]:
+        r = jnp.maximum(r, e)
+    r = jax.lax.stop_gradient(jnp.where(jnp.isfinite(r), r, 0.0))
+    return r, [jnp.exp(e - r) for e in es]
+
+
 def _mixture_terms(x, log_p, c, s2, slope=False):
     """``log sum_i exp(e_i)``, ``e_i = log p_i + (c_i x - c_i^2 / 2) / s^2``; with ``slope`` its derivative too.
 
@@ -229,12 +239,7 @@ def _mixture_terms(x, log_p, c, s2, slope=False):
     k = log_p.shape[0]
     # (not for a few points: XLA fuses an unrolled scalar chain into every large loop that uses it)
     if k <= _UNROLL and jnp.size(x) > _START_GRID:
-        es = [log_p[i] + (c[i] * x - 0.5 * c[i] * c[i]) / s2 for i in range(k)]
-        r = es[0]
-        for e in es[1:]:
-            r = jnp.maximum(r, e)
-        r = jax.lax.stop_gradient(jnp.where(jnp.isfinite(r), r, 0.0))
-        ws = [jnp.exp(e - r) for e in es]
+        r, ws = _scaled_exps([log_p[i] + (c[i] * x - 0.5 * c[i] * c[i]) / s2 for i in range(k)])
         total = sum(ws)
         lse = r + jnp.log(total)
         if not slope:
@@ -435,13 +440,8 @@ def _linear_mixture_sum(factor, x, lp, c, inv_s):
     k = lp.shape[0]
     if k <= _UNROLL:
         ms = [(x - c[i]) * inv_s for i in range(k)]
-        expos = [lp[i] - 0.5 * ms[i] * ms[i] for i in range(k)]
-        r = expos[0]
-        for e in expos[1:]:
-            r = jnp.maximum(r, e)
-        r = jax.lax.stop_gradient(r)
-        total = sum(jnp.exp(e - r) * factor(mi) for e, mi in zip(expos, ms))
-        return r, total
+        r, ws = _scaled_exps([lp[i] - 0.5 * ms[i] * ms[i] for i in range(k)])
+        return r, sum(wi * factor(mi) for wi, mi in zip(ws, ms))
 
     def body(carry, comp):
         r, total = carry
@@ -458,7 +458,7 @@ def _linear_mixture_sum(factor, x, lp, c, inv_s):
 def _interval_log_masses(edges, log_p, c, s):
     """Log masses between consecutive ``edges`` under the mixture and under ``N(0, s^2)``, with error bounds.
 
-    Returns ``(log_mix, log_gauss, err_mix, err_gauss)``, the errors bounds on the
+    Returns ``(log_mix, log_gauss, err_mix, err_gauss)``, the error bounds on the
     *relative* error of each mass.  The cells are those of the floating-point
     edges exactly: a cell's width comes from ``xb - xa`` (exact for adjacent
     edges, Sterbenz) and its mass is ``w phi(m) E`` (Hermite series of
@@ -487,9 +487,9 @@ def _interval_log_masses(edges, log_p, c, s):
     w_g = jnp.where(bad | empty, 1e-3, w)
     xm_g = jnp.where(bad | empty, 0.0, xm)
     m0_g = jnp.where(bad | empty, 0.0, m0)
-    total = _linear_mixture_sum(lambda mi: 1.0 + _mean_factor(mi, w_g, _FAST_ORDER), xm_g, lp, c, inv_s)
+    r, scaled = _linear_mixture_sum(lambda mi: 1.0 + _mean_factor(mi, w_g, _FAST_ORDER), xm_g, lp, c, inv_s)
     log_w = jnp.log(w_g) - 0.5 * math.log(2.0 * math.pi)
-    mix = jnp.where(empty, _NEG, total[0] + jnp.log(total[1]) + log_w)
+    mix = jnp.where(empty, _NEG, r + jnp.log(scaled) + log_w)
     gauss = jnp.where(empty, _NEG, -0.5 * m0_g * m0_g + jnp.log1p(_mean_factor(m0_g, w_g, _FAST_ORDER)) + log_w)
 
     def gathered(mix, gauss):

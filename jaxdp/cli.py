@@ -366,8 +366,8 @@ def _run(args):
 
 
 def _enable_compilation_cache():
-    """Keep compiled programs between runs (JAX's persistent cache): the certified accountant takes ~15 s to
-    compile on two cores, a cached run a few.  ``JAXDP_CACHE_DIR`` moves the cache (default
+    """Keep compiled programs between runs (JAX's persistent cache): the certified accountant takes ~20 s to
+    compile on two cores, a cached run ~6 s.  ``JAXDP_CACHE_DIR`` moves the cache (default
     ``$XDG_CACHE_HOME/jaxdp/xla``, i.e. ``~/.cache/jaxdp/xla``), ``JAXDP_CACHE_DIR=off`` turns it off, and a cache
     directory already configured for JAX is left alone."""
     import jax
