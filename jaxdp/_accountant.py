@@ -206,13 +206,16 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get):
 def _larger(a, b):
     """``max(a, b)`` whose derivative is the larger one's alone (``jnp.maximum`` mixes in the
     other's with weight 0, and 0 x NaN is NaN: a direction whose delta is exactly 0, such as
-    add adjacency past its largest loss, has a non-finite derivative)."""
-    return jnp.where(b > a, b, a)
+    add adjacency past its largest loss, has a non-finite derivative).  NaN in either is NaN:
+    a direction that could not be evaluated is never dropped in favour of the other."""
+    return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, jnp.where(b > a, b, a))
 
 
 def _log_delta_impl(comp: Composition, epsilon, method: str):
     info = _METHODS[method]
     log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, lambda i: i.log_delta), 0.0)
+    if info.certified:  # a bound that could not be evaluated is the vacuous delta = 1, never NaN
+        log_delta = jnp.where(jnp.isnan(log_delta), 0.0, log_delta)
     ok = comp.valid() & jnp.isfinite(epsilon) & (epsilon >= 0)
     return jnp.where(ok, log_delta, jnp.nan)
 
@@ -222,6 +225,8 @@ def _epsilon_impl(comp: Composition, delta, method: str):
     ok = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
     eps = _worst_direction(comp, log_delta, info, lambda i: i.epsilon)
+    if info.certified:  # likewise the vacuous epsilon = inf
+        eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
     return jnp.where(ok, eps, jnp.nan)
 
 

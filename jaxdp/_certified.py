@@ -109,10 +109,18 @@ epsilon(delta): the window is built once at the saddle point of the
 saddle-point *estimate* of epsilon; on it ``delta_fin`` is ``e^G (A_r - e^eps B_r)``
 between lattice points (``A``, ``B`` reverse cumulative log-sums), which gives
 the root in closed form.  The candidate is then *verified* by the direct
-formula (plus 1e-9 relative nudges if needed).  If the window cannot certify
-the target (the root outside it, or the dropped masses exceeding delta), the
-certified saddle-point value is used; both are upper bounds, so the smaller
-of the two is returned (likewise for delta(eps)).
+formula (plus 1e-9 relative nudges if needed).
+
+What is returned is the smallest of *verified* bounds only: the window's
+(every candidate checked by the direct formula), the certified saddle-point
+bound (itself re-checked at the epsilon it returns, vacuous where its
+quadrature is unresolved, see :mod:`jaxdp._saddlepoint`) and, for a loss
+bounded above (the add direction of a mixture with a zero-sensitivity
+component, Laplace), the pure-DP bound ``delta(eps) <= 1 - e^{eps - L_max}``
+(zero from ``L_max`` on).  Where all of them fail -- tiny noise, epsilon near
+the add direction's largest loss -- the Rényi-DP bound (its orders checked the
+same way) is the fallback.  A non-finite value anywhere is vacuous (epsilon =
+inf, delta = 1), never a number.  ``docs/soundness.md`` has the arguments.
 
 Gradients with respect to the noise multiplier and the sampling probability
 flow through the lattice masses, the inversion of the loss (implicitly) and the
@@ -133,7 +141,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _saddlepoint
+from jaxdp import _rdp, _saddlepoint
 from jaxdp._mechanisms import Composition, Gaussian, _MixtureBase
 from jaxdp._numerics import log1mexp, log_ndtr, log_sub_exp
 
@@ -190,8 +198,8 @@ class CertifiedResult(NamedTuple):
       log_dropped: log of the dropped-mass terms (``+inf`` atom and the
         Chernoff bound above the window).
       log_fft_error: log of the 2-norm bound on the floating-point FFT error over the window.
-      log_delta_upper: ``min`` of ``log_delta`` and the certified saddle-point bound
-        (what ``method="certified"`` returns).
+      log_delta_upper: the smallest verified bound (what ``method="certified"`` returns; see
+        :func:`log_delta_certified`).
     """
 
     tilt: jax.Array
@@ -771,15 +779,26 @@ def certified_terms(comp: Composition, direction: str, epsilon, grid=None) -> Ce
     sp = _saddlepoint.saddlepoint_terms(comp, direction, epsilon)
     win = _build_window(comp, direction, sp.saddle_point, sp.log_delta, grid)
     log_delta, log_fin = _window_log_delta(win, epsilon)
-    return CertifiedResult(
-        sp.saddle_point,
-        win.spacing,
-        log_delta,
-        log_fin,
-        win.log_rest,
-        win.log_fft_error,
-        jnp.minimum(log_delta, sp.log_delta_upper),
+    log_delta = jnp.where(jnp.isnan(log_delta), 0.0, log_delta)
+    best = jnp.minimum(log_delta, sp.log_delta_upper)  # (the latter includes the pure-DP bound)
+    best = jnp.where(jnp.isnan(best), 0.0, best)
+    upper = jax.lax.cond(
+        best < 0.0,
+        lambda b: b,
+        lambda b: jnp.minimum(b, _checked(_rdp.log_delta_rdp(comp, direction, epsilon), 0.0)),
+        best,
     )
+    return CertifiedResult(sp.saddle_point, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, upper)
+
+
+def _checked(x, vacuous):
+    """``x`` where it is a number (not NaN), else the vacuous value."""
+    return jnp.where(jnp.isnan(x), vacuous, x)
+
+
+def _pure_dp_epsilon(comp, direction):
+    """``L_max`` of the composition (``+inf`` if unbounded): delta is 0 there."""
+    return jax.lax.stop_gradient(comp.max_privacy_loss(direction))
 
 
 def log_delta_certified(comp, direction, epsilon, grid=None):
@@ -877,11 +896,20 @@ def epsilon_certified(comp, direction, log_delta, grid=None):
     def never(_):
         return jnp.asarray(jnp.inf, jnp.float64)
 
-    eps_sp = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
+    eps_sp = _checked(_saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta), jnp.inf)
     eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
-    eps1 = solve(_saddlepoint.saddle_point(comp, direction, eps0), eps0)
+    eps0 = jnp.where(jnp.isfinite(eps0), eps0, jax.lax.stop_gradient(jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0)))
+    eps1 = _checked(solve(_saddlepoint.saddle_point(comp, direction, eps0), eps0), jnp.inf)
     best = jnp.minimum(eps1, eps_sp)
     ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, eps0))
     far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
-    eps2 = jax.lax.cond(far | ~jnp.isfinite(eps1), search, never, ref)
-    return jnp.maximum(jnp.minimum(best, eps2), 0.0)
+    eps2 = _checked(jax.lax.cond(far | ~jnp.isfinite(eps1), search, never, ref), jnp.inf)
+    best = jnp.minimum(jnp.minimum(best, eps2), _pure_dp_epsilon(comp, direction))
+    # every bound failed: the Rényi-DP bound (its orders checked), else vacuous
+    best = jax.lax.cond(
+        jnp.isfinite(best),
+        lambda b: b,
+        lambda b: _checked(_rdp.epsilon_rdp(comp, direction, log_delta), jnp.inf),
+        best,
+    )
+    return jnp.maximum(best, 0.0)

@@ -38,6 +38,8 @@ from jaxdp._pytree import pytree_dataclass
 from jaxdp._quadrature import (
     NODES_PER_WINDOW,
     NODES_PER_WINDOW_POSITIVE,
+    CheckedMoments,
+    checked_moments,
     mixture_rule,
     rule_log_moment,
     rule_tilted_abs_moment,
@@ -94,6 +96,9 @@ def _f64(x):
 
 _FLOAT64_METHODS = (
     "cgf",
+    "cgf_upper",
+    "checked_moments",
+    "max_privacy_loss",
     "gaussian_mu2",
     "tilted_abs_moment",
     "privacy_loss",
@@ -160,6 +165,32 @@ class AbstractMechanism:
         """Samples of the mechanism output under ``P`` or ``Q``."""
         raise NotImplementedError
 
+    def checked_moments(self, t, direction: str = "remove") -> CheckedMoments:
+        """``K, K', K''`` and the tilted third absolute central moment at real ``t``, with a check.
+
+        What the certified saddle-point bound needs.  ``resolved`` is False where
+        the values cannot be trusted (non-finite, a non-positive variance, or for
+        quadrature-based mechanisms a rule that does not resolve the integrand);
+        a certified accountant then returns a vacuous bound.  The default takes
+        ``K'`` and ``K''`` by autodiff of :meth:`cgf`.
+        """
+        t = _f64(t)
+        (k0, k1), (_, k2) = jax.jvp(
+            lambda s: jax.jvp(lambda u: self.cgf(u, direction), (s,), (jnp.ones_like(s),)), (t,), (jnp.ones_like(t),)
+        )
+        abs3 = self.tilted_abs_moment(t, direction)
+        ok = jnp.isfinite(k0) & jnp.isfinite(k1) & jnp.isfinite(k2) & jnp.isfinite(abs3) & (k2 > 0)
+        return CheckedMoments(k0, k1, k2, abs3, jnp.zeros_like(k0), ok)
+
+    def cgf_upper(self, t, direction: str = "remove"):
+        """An upper bound on the real ``K(t)`` for certified use: ``+inf`` where it cannot be trusted."""
+        k = self.cgf(t, direction)
+        return jnp.where(jnp.isnan(k), jnp.inf, k)
+
+    def max_privacy_loss(self, direction: str = "remove"):
+        """The largest value of the privacy loss under ``P`` (``+inf`` if unbounded): an ``eps`` with delta 0."""
+        return jnp.asarray(jnp.inf, jnp.float64)
+
     def valid(self):
         """Traced boolean: do the parameters lie in their allowed ranges?"""
         raise NotImplementedError
@@ -220,6 +251,15 @@ class Gaussian(AbstractMechanism):
         _check_direction(direction)
         s = _f64(self.noise_multiplier)
         return 2.0 * math.sqrt(2.0 / math.pi) / (s * s * s) + 0.0 * jnp.asarray(t)
+
+    def checked_moments(self, t, direction="remove"):
+        _check_direction(direction)
+        s = _f64(self.noise_multiplier)
+        t = _f64(t)
+        v = 1.0 / (s * s)
+        k0, k1 = t * (t + 1.0) * v / 2.0, (t + 0.5) * v
+        ok = jnp.isfinite(k0) & jnp.isfinite(k1) & (v > 0) & jnp.isfinite(v)
+        return CheckedMoments(k0, k1, v, self.tilted_abs_moment(t, direction), jnp.zeros_like(k0), ok)
 
     def sample_output(self, key, shape=(), *, direction="remove", under="P"):
         _check_direction(direction)
@@ -312,6 +352,10 @@ class Laplace(AbstractMechanism):
         pi = jax.nn.softmax(jnp.concatenate([log_atoms, log_l, log_r]))
         return jnp.sum(pi * jnp.abs(ell - mean) ** 3)
 
+    def max_privacy_loss(self, direction="remove"):
+        _check_direction(direction)
+        return 1.0 / _f64(self.noise_multiplier)
+
     def sample_output(self, key, shape=(), *, direction="remove", under="P"):
         _check_direction(direction)
         _check_under(under)
@@ -356,6 +400,30 @@ class _MixtureBase(AbstractMechanism):
         t = jnp.asarray(t)
         lam, sign = (1.0 + t, 1.0) if direction == "remove" else (-t, -1.0)
         return rule_tilted_abs_moment(lam, sign, self._rule(lam, direction))
+
+    def checked_moments(self, t, direction="remove"):
+        _check_direction(direction)
+        t = _f64(t)
+        lam, sign = (1.0 + t, 1.0) if direction == "remove" else (-t, -1.0)
+        log_p, c, s = self.mixture()
+        nodes = NODES_PER_WINDOW_POSITIVE if direction == "remove" else NODES_PER_WINDOW
+        return checked_moments(lam, sign, log_p, c / s, nodes_per_window=nodes)
+
+    def cgf_upper(self, t, direction="remove"):
+        m = self.checked_moments(t, direction)
+        # the finer rule's K plus the two halves' disagreement (which bounds the error of the finer
+        # rule many times over where the rule converges geometrically)
+        return jnp.where(m.resolved, m.k0 + jax.lax.stop_gradient(m.k0_error), jnp.inf)
+
+    def max_privacy_loss(self, direction="remove"):
+        _check_direction(direction)
+        log_p, c, _ = self.mixture()
+        present = log_p > -jnp.inf
+        if direction == "remove":  # log R grows without bound unless every present sensitivity is 0
+            return jnp.where(jnp.any(present & (c > 0)), jnp.inf, 0.0)
+        # add: L = -log R and R >= p_0 (the mass of the zero-sensitivity components)
+        log_p0 = jax.nn.logsumexp(jnp.where(c == 0, log_p, -jnp.inf))
+        return -log_p0
 
     def _log_ratio(self, x):
         log_p, c, s = self.mixture()
@@ -447,7 +515,9 @@ class MixtureOfGaussians(_MixtureBase):
         c = _f64(self.sensitivities)
         p = _f64(self.probs)
         safe = jnp.where(p > 0, p, 1.0)
-        return jnp.where(p > 0, jnp.log(safe), -jnp.inf), c, _f64(self.noise_multiplier)
+        # renormalised: probabilities accepted within 1e-9 of summing to one must not understate P
+        log_p = jnp.where(p > 0, jnp.log(safe), -jnp.inf) - jnp.log(jnp.sum(jnp.where(p > 0, p, 0.0)))
+        return log_p, c, _f64(self.noise_multiplier)
 
     def valid(self):
         s = _f64(self.noise_multiplier)
@@ -569,6 +639,29 @@ class Composition(AbstractMechanism):
         """Sum over steps of the per-step tilted third absolute central moments."""
         _check_direction(direction)
         return self._count_weighted(lambda m: m.tilted_abs_moment(t, direction))
+
+    def checked_moments(self, t, direction="remove"):
+        """Count-weighted sums of the parts' :meth:`AbstractMechanism.checked_moments` (all must be resolved)."""
+        _check_direction(direction)
+        parts = [(m.checked_moments(t, direction), _f64(n)) for m, n in zip(self.mechanisms, self.counts)]
+        fields = [sum(n * getattr(p, f) for p, n in parts) for f in ("k0", "k1", "k2", "abs3", "k0_error")]
+        ok = jnp.array(True)
+        for p, _ in parts:
+            ok &= p.resolved
+        return CheckedMoments(*fields, ok & jnp.isfinite(fields[0]) & jnp.isfinite(fields[2]))
+
+    def cgf_upper(self, t, direction="remove"):
+        _check_direction(direction)
+        return self._count_weighted(lambda m: m.cgf_upper(t, direction))
+
+    def max_privacy_loss(self, direction="remove"):
+        _check_direction(direction)
+        return self._count_weighted(lambda m: m.max_privacy_loss(direction))
+
+    @property
+    def identical_steps(self) -> bool:
+        """True when every step is the same mechanism (one part): the i.i.d. Berry-Esseen constant applies."""
+        return len(self.mechanisms) == 1
 
     def privacy_loss(self, x, direction="remove"):
         """Privacy loss of a tuple ``x`` of per-part outputs, each of shape ``(count, ...)``."""

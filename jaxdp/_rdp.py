@@ -17,7 +17,11 @@ order and usually tighter than a fixed order list).
 Formal guarantees: for every order the conversion is a proven (epsilon,
 delta)-DP bound given the Rényi divergence; the Rényi divergences of mixtures
 come from the quadrature of :mod:`jaxdp._quadrature` (relative accuracy ~1e-10,
-validated against mpmath), the only non-proven ingredient.
+validated against mpmath), the only non-proven ingredient: each order's value is taken from
+the rule of half the step plus the disagreement of its two interleaved halves, and an order
+whose halves disagree (the rule does not resolve the integrand: tiny noise, extreme orders
+of the add direction) is ``+inf`` -- skipped by the minimisation, never a finite guess
+(:meth:`~jaxdp._mechanisms.AbstractMechanism.cgf_upper`).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ LOG_ORDER_GRID = np.linspace(np.log(1e-2), np.log(1e4), 200)
 def rdp_curve(comp: Composition, direction: str, alpha):
     """``r(alpha)`` of the composition in one direction."""
     alpha = jnp.asarray(alpha, jnp.float64)
-    return comp.cgf(alpha - 1.0, direction) / (alpha - 1.0)
+    return comp.cgf_upper(alpha - 1.0, direction) / (alpha - 1.0)
 
 
 def _eps_at(comp, direction, log_delta):

@@ -14,8 +14,10 @@ decreases).  With ``Z ~ N(K'(t*), K''(t*))``:
   (vanilla saddle-point approximation),
 * ``delta_2 = exp(K - eps t*) E[exp(t*(eps - Z)) (1 - exp(eps - Z))_+]`` in closed form
   (two Gaussian tail terms, combined in log space with ``log_ndtr``),
-* error bound ``|delta - delta_2| <= exp(K - eps t*) (t*/(1+t*))^t* P / K''^{3/2}`` with
-  ``P = sum_i n_i E|L~_i - E L~_i|^3`` over the per-step losses tilted by ``exp(t* L)``.
+* error bound ``|delta - delta_2| <= exp(K - eps t) 2 C / (1 + t) (t/(1+t))^t P / K''^{3/2}`` with
+  ``P = sum_i n_i E|L~_i - E L~_i|^3`` over the per-step losses tilted by ``exp(t L)``, valid at
+  *any* ``t > 0`` (Berry-Esseen with ``C = 0.4748`` for identical steps, ``0.56`` otherwise;
+  derivation in ``docs/soundness.md``).
 
 ``K'``, ``K''`` (and ``K'''`` where a Newton derivative needs it) come from JAX
 autodiff of the CGF, not from hand-derived formulas.  Every root solve is a
@@ -28,14 +30,16 @@ epsilon(delta) is solved jointly: along the saddle-point curve
 single decreasing equation in ``log t``.
 
 Formal guarantees (method ``"saddlepoint-certified"``): ``min(1, delta_2 + bound)`` is an upper
-bound on delta(eps) by the error theorem above (as stated on the ICML 2023 paper's slides,
-``../papers/003``), *assuming* the CGF derivatives and the tilted third moments are
-exact.  They come from the quadrature of :mod:`jaxdp._quadrature` (relative
-error ~1e-10, validated against mpmath); the third moments are inflated by
-0.1 % to cover their quadrature error (the ``|x|^3`` kink limits that rule to
-~1e-5 relative).  The certified epsilon(delta) adds a relative margin of
-1e-10 to the root of ``delta_upper(eps) = delta``.  ``"saddlepoint"`` returns the
-estimate ``delta_2`` and is *not* a bound.
+bound on delta(eps) by the error theorem above, given the moments ``K, K', K''`` and the tilted
+third moments at ``t``.  For mixtures they come from the quadrature of
+:mod:`jaxdp._quadrature`, applied on two interleaved node sets whose agreement is checked
+(:func:`jaxdp._quadrature.checked_moments`); the variance is computed as one (no cancellation),
+the third moments are inflated by 0.1 %, and ``log delta`` gets a margin of ``1e-6`` plus the
+rules' disagreement on ``K``.  Where a value is non-finite or the rule does not resolve the
+integrand the bound is vacuous (delta = 1).  The certified epsilon(delta) is the root of
+``delta_upper(eps) = delta`` plus a relative margin, *re-checked*: the certified delta is
+evaluated again at the returned epsilon, and epsilon is ``+inf`` unless it is at most the
+target.  ``"saddlepoint"`` returns the estimate ``delta_2`` and is *not* a bound.
 """
 
 from __future__ import annotations
@@ -47,7 +51,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp._mechanisms import Composition
-from jaxdp._numerics import log_ndtr, log_sub_exp
+from jaxdp._numerics import log1mexp, log_ndtr, log_sub_exp
 from jaxdp._solvers import solve_decreasing
 
 __all__ = [
@@ -62,8 +66,15 @@ __all__ = [
 
 LOG_T_LO = math.log(1e-6)
 LOG_T_HI = math.log(1e7)
+LOG_T_MIN = math.log(1e-12)  # the bracket widens around a starting point outside [LOG_T_LO, LOG_T_HI] ...
+LOG_T_MAX = math.log(1e30)  # ... up to these ends
+BRACKET_REACH = 12.0  # how far (in log t) past the starting point the bracket reaches
 MOMENT_INFLATION = 1.001
 EPS_MARGIN = 1e-10
+EPS_RETRY_MARGINS = (1e-10, 1e-7, 1e-4)  # relative margins tried when re-checking a certified epsilon
+LOG_DELTA_MARGIN = 1e-6  # added to the certified log delta (covers the checked moments' residual error)
+BERRY_ESSEEN_IID = 0.4748  # Shevtsova (2011), identically distributed summands
+BERRY_ESSEEN = 0.56  # Shevtsova (2010), independent non-identical summands
 
 
 class SaddlePointResult(NamedTuple):
@@ -98,7 +109,15 @@ def _mu2(comp):
 
 
 def _clip_log_t(u):
-    return jnp.clip(u, LOG_T_LO, LOG_T_HI)
+    return jnp.clip(u, LOG_T_MIN, LOG_T_MAX)
+
+
+def _bracket(u0):
+    """``[lo, hi]`` in ``log t``: the default bracket, widened to reach ``BRACKET_REACH`` past the start."""
+    u0 = jax.lax.stop_gradient(u0)
+    lo = jnp.clip(jnp.minimum(LOG_T_LO, u0 - BRACKET_REACH), LOG_T_MIN, LOG_T_LO)
+    hi = jnp.clip(jnp.maximum(LOG_T_HI, u0 + BRACKET_REACH), LOG_T_HI, LOG_T_MAX)
+    return lo, hi
 
 
 def _guess_log_t_for_epsilon(comp, epsilon):
@@ -127,7 +146,8 @@ def saddle_point(comp: Composition, direction: str, epsilon):
         return -(k1 - epsilon - 1.0 / t - 1.0 / (1.0 + t))
 
     u0 = _guess_log_t_for_epsilon(comp, epsilon)
-    return jnp.exp(solve_decreasing(h, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI), x0=u0))
+    lo, hi = _bracket(u0)
+    return jnp.exp(solve_decreasing(h, lo, hi, x0=u0))
 
 
 def _log_deltas(k0, k1, k2, t, epsilon):
@@ -145,9 +165,62 @@ def _log_deltas(k0, k1, k2, t, epsilon):
     return log_d2, log_d1
 
 
+def _berry_esseen(comp):
+    identical = getattr(comp, "identical_steps", True)
+    return BERRY_ESSEEN_IID if identical else BERRY_ESSEEN
+
+
+def _log_bound_from(comp, k0, k2, p3, t, epsilon):
+    """log of ``e^{K - eps t} 2 C / (1 + t) (t / (1 + t))^t P / K''^{3/2}`` (``P`` inflated)."""
+    log_c = math.log(2.0 * _berry_esseen(comp))
+    return (
+        k0 - epsilon * t + log_c - jnp.log1p(t) - t * jnp.log1p(1.0 / t)
+        + jnp.log(MOMENT_INFLATION * p3) - 1.5 * jnp.log(k2)
+    )
+
+
 def _log_bound(comp, direction, k0, k2, t, epsilon):
-    p3 = MOMENT_INFLATION * comp.tilted_abs_moment(t, direction)
-    return k0 - epsilon * t + t * jnp.log(t / (1.0 + t)) + jnp.log(p3) - 1.5 * jnp.log(k2)
+    return _log_bound_from(comp, k0, k2, comp.tilted_abs_moment(t, direction), t, epsilon)
+
+
+def certified_log_delta_at(comp, direction, t, epsilon):
+    """Certified ``log delta(eps)`` from the saddle-point bound at any tilt ``t > 0`` (0 where unverified).
+
+    The error theorem holds at every ``t > 0``, so ``t`` need not be the exact saddle point: it is
+    checked only to be finite and positive.  The moments come from
+    :meth:`~jaxdp._mechanisms.AbstractMechanism.checked_moments`; anything unresolved or
+    non-finite gives the vacuous ``log delta = 0``.
+    """
+    _, upper = _certified_upper(comp, direction, t, epsilon)
+    upper = jnp.where(jnp.isnan(upper), 0.0, jnp.minimum(upper, 0.0))
+    return jnp.minimum(upper, pure_dp_log_delta(comp, direction, epsilon))
+
+
+def _certified_upper(comp, direction, t, epsilon=None):
+    """``(eps, log(delta_2 + bound) + margins)`` at tilt ``t`` from the checked moments, NaN where unverified.
+
+    ``epsilon=None`` takes the point of the saddle-point curve, ``eps = K'(t) - 1/t - 1/(1+t)``.
+    """
+    m = comp.checked_moments(t, direction)
+    eps = m.k1 - 1.0 / t - 1.0 / (1.0 + t) if epsilon is None else epsilon
+    log_d2, _ = _log_deltas(m.k0, m.k1, m.k2, t, eps)
+    log_b = _log_bound_from(comp, m.k0, m.k2, m.abs3, t, eps)
+    upper = jnp.logaddexp(log_d2, log_b) + m.k0_error + LOG_DELTA_MARGIN
+    ok = m.resolved & (t > 0) & jnp.isfinite(t) & jnp.isfinite(upper) & jnp.isfinite(eps)
+    return eps, jnp.where(ok, upper, jnp.nan)
+
+
+def pure_dp_log_delta(comp, direction, epsilon):
+    """``log(1 - e^{eps - L_max})`` (``-inf`` from ``L_max`` on; 0 for an unbounded loss).
+
+    ``L <= L_max`` under ``P``, so ``delta(eps) = E_P[(1 - e^{eps - L})_+] <= 1 - e^{eps - L_max}``: the
+    bound of a loss bounded above (the add direction of a mixture with a zero-sensitivity component).
+    """
+    l_max = jax.lax.stop_gradient(comp.max_privacy_loss(direction))
+    gap = l_max - epsilon
+    pos = gap > 0
+    out = jnp.where(pos, log1mexp(-jnp.where(pos, gap, 1.0)), -jnp.inf)
+    return jnp.where(jnp.isfinite(l_max), out, 0.0)
 
 
 def _clip_log_delta(x):
@@ -160,7 +233,7 @@ def saddlepoint_terms(comp: Composition, direction: str, epsilon) -> SaddlePoint
     k0, k1, k2 = _k012(comp, direction, t)
     log_d2, log_d1 = _log_deltas(k0, k1, k2, t, epsilon)
     log_b = _log_bound(comp, direction, k0, k2, t, epsilon)
-    upper = _clip_log_delta(jnp.logaddexp(log_d2, log_b))
+    upper = certified_log_delta_at(comp, direction, t, epsilon)
     return SaddlePointResult(t, _clip_log_delta(log_d1), _clip_log_delta(log_d2), log_b, upper)
 
 
@@ -183,18 +256,49 @@ def _eps_along_curve(comp, direction, t):
 def _solve_epsilon(comp, direction, log_delta, certified: bool):
     def g(u):  # decreasing in u = log t
         t = jnp.exp(u)
+        if certified:  # the bound itself, from the checked moments
+            _, log_upper = _certified_upper(comp, direction, t)
+            # unverified (extreme tilts: the quadrature does not resolve the tilted law) reads as "past
+            # the root" so the search moves back to moderate tilts; the answer is re-checked anyway
+            return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta)
         eps, k0, k1, k2 = _eps_along_curve(comp, direction, t)
         log_d2, _ = _log_deltas(k0, k1, k2, t, eps)
-        if certified:
-            log_d2 = jnp.logaddexp(log_d2, _log_bound(comp, direction, k0, k2, t, eps))
         return log_d2 - log_delta
 
     u0 = _guess_log_t_for_delta(comp, log_delta)
-    u = solve_decreasing(g, jnp.float64(LOG_T_LO), jnp.float64(LOG_T_HI), x0=u0, max_jump=2.0)
-    eps, *_ = _eps_along_curve(comp, direction, jnp.exp(u))
-    if certified:
-        eps = eps + EPS_MARGIN * (1.0 + jnp.abs(eps))
-    return jnp.maximum(eps, 0.0)
+    lo, hi = _bracket(u0)
+    u = solve_decreasing(g, lo, hi, x0=u0, max_jump=2.0)
+    t = jnp.exp(u)
+    if not certified:
+        eps, *_ = _eps_along_curve(comp, direction, t)
+        return jnp.maximum(eps, 0.0)
+    eps, _ = _certified_upper(comp, direction, t)
+    return _verified_epsilon(comp, direction, log_delta, jnp.maximum(eps, 0.0), jax.lax.stop_gradient(t))
+
+
+def _verified_epsilon(comp, direction, log_delta, eps, t):
+    """The first of ``eps (1 + margin)`` whose certified delta, evaluated afresh, is at most the target.
+
+    The bound holds at every tilt, so it is re-evaluated at the solver's tilt ``t`` and at the saddle
+    point of the candidate, and either passing suffices.  ``L_max`` (or ``+inf``) when none passes, or
+    ``eps`` is not finite: the root finder's answer is never taken on trust.
+    """
+    eps_sg = jax.lax.stop_gradient(eps)
+    cands = [eps_sg + m * (1.0 + jnp.abs(eps_sg)) for m in EPS_RETRY_MARGINS]
+    passed = [
+        jnp.minimum(
+            certified_log_delta_at(comp, direction, t, e),
+            certified_log_delta_at(comp, direction, jax.lax.stop_gradient(saddle_point(comp, direction, e)), e),
+        )
+        <= log_delta
+        for e in cands
+    ]
+    passed = [p & jnp.isfinite(eps_sg) for p in passed]
+    # L_max (delta = 0 there) for a loss bounded above
+    out = jax.lax.stop_gradient(comp.max_privacy_loss(direction))
+    for m, p in reversed(list(zip(EPS_RETRY_MARGINS, passed))):
+        out = jnp.where(p, jnp.minimum(eps + m * (1.0 + jnp.abs(eps)), out), out)
+    return out
 
 
 def epsilon_saddlepoint(comp, direction, log_delta):

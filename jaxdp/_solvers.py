@@ -40,6 +40,10 @@ def bracketed_newton(
     current iterate (useful when the initial bracket is much wider than the
     error of the starting point).
 
+    A non-finite ``g(x)`` is never read as a direction (``NaN > 0`` is False,
+    which would move the bracket down): the iteration stops there and returns
+    ``x = NaN``, so the caller sees that the function could not be evaluated.
+
     Returns ``(x, a, b, iterations)``: the last iterate, the final bracket
     ``[a, b]`` with ``g(a) > 0 >= g(b)`` (as far as the iterations established
     it) and the number of iterations.
@@ -52,8 +56,9 @@ def bracketed_newton(
     def body(state):
         i, a, b, x, dx_old, _ = state
         gx, dgx = jax.jvp(g, (x,), (jnp.ones_like(x),))
+        bad = ~jnp.isfinite(gx)
         a = jnp.where(gx > 0, x, a)
-        b = jnp.where(gx > 0, b, x)
+        b = jnp.where((gx > 0) | bad, b, x)
         step = gx / dgx
         newton = x - step
         ok = jnp.isfinite(newton) & (newton >= a) & (newton <= b) & (2.0 * jnp.abs(step) <= jnp.abs(dx_old))
@@ -61,8 +66,9 @@ def bracketed_newton(
         x_new = jnp.where(ok, newton, mid)
         converged = gx == 0
         x_new = jnp.where(converged, x, x_new)
+        x_new = jnp.where(bad, jnp.nan, x_new)
         tol = xtol * (1.0 + jnp.abs(x))
-        done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol) | converged
+        done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol) | converged | bad
         return i + 1, a, b, x_new, jnp.abs(x_new - x), done
 
     state = (jnp.array(0), lo, hi, jnp.clip(x0, lo, hi), 2.0 * (hi - lo), jnp.array(False))
