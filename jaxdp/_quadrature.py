@@ -57,11 +57,11 @@ from jaxdp._numerics import LOG_2PI, logsumexp
 
 __all__ = [
     "HALF_WIDTH",
-    "CheckedMoments",
-    "checked_moments",
     "NODES_PER_WINDOW",
     "NODES_PER_WINDOW_POSITIVE",
+    "CheckedMoments",
     "MixtureRule",
+    "checked_moments",
     "log_mixture_moment",
     "mixture_rule",
     "rule_log_moment",
@@ -312,7 +312,9 @@ def checked_moments(lam, sign, log_p, b, *, nodes_per_window: int = NODES_PER_WI
     m2 = _rule_moments(lr, sign, r2)
     half = jnp.log(0.5)
     both = MixtureRule(
-        jnp.concatenate([r1.z, r2.z]), jnp.concatenate([r1.log_w, r2.log_w]) + half, jnp.concatenate([r1.log_r, r2.log_r])
+        jnp.concatenate([r1.z, r2.z]),
+        jnp.concatenate([r1.log_w, r2.log_w]) + half,
+        jnp.concatenate([r1.log_r, r2.log_r]),
     )
     k0, k1, k2, abs3 = _rule_moments(lr, sign, both)
     # K to RESOLVED_RTOL relative (or 1e-15 absolute: near-zero cumulants of a tiny q), the mean on the

@@ -174,8 +174,13 @@ def _log_bound_from(comp, k0, k2, p3, t, epsilon):
     """log of ``e^{K - eps t} 2 C / (1 + t) (t / (1 + t))^t P / K''^{3/2}`` (``P`` inflated)."""
     log_c = math.log(2.0 * _berry_esseen(comp))
     return (
-        k0 - epsilon * t + log_c - jnp.log1p(t) - t * jnp.log1p(1.0 / t)
-        + jnp.log(MOMENT_INFLATION * p3) - 1.5 * jnp.log(k2)
+        k0
+        - epsilon * t
+        + log_c
+        - jnp.log1p(t)
+        - t * jnp.log1p(1.0 / t)
+        + jnp.log(MOMENT_INFLATION * p3)
+        - 1.5 * jnp.log(k2)
     )
 
 

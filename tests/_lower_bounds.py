@@ -40,8 +40,8 @@ def _binomial_weights(n: int, q: float):
     if q >= 1.0:
         return np.array([float(n)]), np.zeros(1), -math.inf
     mean, sd = n * q, math.sqrt(n * q * (1 - q))
-    lo = max(0, int(math.floor(mean - 40 * sd - 60)))
-    hi = min(n, int(math.ceil(mean + 40 * sd + 60)))
+    lo = max(0, math.floor(mean - 40 * sd - 60))
+    hi = min(n, math.ceil(mean + 40 * sd + 60))
     k = np.arange(lo, hi + 1, dtype=np.float64)
     logw = stats.binom.logpmf(k, n, q)
     keep = logw > logw.max() - 700
