@@ -21,6 +21,11 @@ import time
 MECHANISMS = ("poisson-gaussian", "gaussian", "laplace")
 ADJACENCIES = ("add_or_remove", "remove", "add")
 DEFAULT_METHOD = "certified"
+VACUOUS_NOTE = (
+    "vacuous: no bound could be verified at these settings (the lattice window, the saddle-point "
+    "bound and the Renyi-DP bound all failed their checks, e.g. a noise multiplier this small), so "
+    "the proven answer is the trivial one; see docs/soundness.md"
+)
 #: the default for mechanisms the certified accountant does not cover
 FALLBACK_METHOD = "saddlepoint-certified"
 
@@ -318,7 +323,9 @@ def _run(args):
         delta = float(jaxdp.delta_for_epsilon(mech, epsilon=args.epsilon, num_steps=args.steps, method=args.method))
         eps = args.epsilon
     seconds = time.perf_counter() - start
-    if not math.isfinite(eps) or not math.isfinite(delta):
+    # a certified method that cannot verify any bound answers with the trivial one (epsilon = inf, delta = 1)
+    vacuous = bool(info.certified) and (eps == math.inf or (args.command == "delta" and delta >= 1.0))
+    if not vacuous and (not math.isfinite(eps) or not math.isfinite(delta)):
         raise ValueError("the accountant returned a non-finite value; check the arguments.")
     upper = None
     companion = info.companion
@@ -341,6 +348,10 @@ def _run(args):
         "steps": args.steps,
         "adjacency": args.adjacency,
     }
+    if vacuous:
+        record["epsilon"] = None if eps == math.inf else eps
+        record["vacuous"] = True
+        record["note"] = VACUOUS_NOTE
     if upper is not None:
         record["estimate"] = eps if args.command == "epsilon" else delta
         record["certified_upper"] = upper
@@ -362,6 +373,8 @@ def _run(args):
     if upper is not None:
         what = "epsilon" if args.command == "epsilon" else "delta"
         text += f"\n  certified upper bound on {what} = {upper:.6g} ({companion})"
+    if vacuous:
+        text += f"\n  note: {VACUOUS_NOTE}"
     return text, record
 
 
