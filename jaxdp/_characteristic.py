@@ -351,6 +351,9 @@ def epsilon_characteristic(comp, direction, log_delta):
     # to tens of percent) the starting point of the search
     fallback = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
     eps0 = jax.lax.stop_gradient(fallback)
+    # where the certified value is vacuous (inf: its quadrature unresolved) start from the estimate
+    est = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
+    eps0 = jnp.where(jnp.isfinite(eps0), eps0, jnp.where(jnp.isfinite(est), est, 1.0))
 
     # Pass 1: contour at that start, searched on a wide bracket (the saddle point can be off
     # by tens of percent when few steps sample the record).  Pass 2: the contour
