@@ -40,6 +40,7 @@ from jaxdp._quadrature import (
     NODES_PER_WINDOW_POSITIVE,
     CheckedMoments,
     checked_moments,
+    k0_resolved,
     mixture_rule,
     rule_log_moment,
     rule_tilted_abs_moment,
@@ -412,8 +413,9 @@ class _MixtureBase(AbstractMechanism):
     def cgf_upper(self, t, direction="remove"):
         m = self.checked_moments(t, direction)
         # the finer rule's K plus the two halves' disagreement (which bounds the error of the finer
-        # rule many times over where the rule converges geometrically)
-        return jnp.where(m.resolved, m.k0 + jax.lax.stop_gradient(m.k0_error), jnp.inf)
+        # rule many times over where the rule converges geometrically); only K need be resolved
+        ok = k0_resolved(m.k0, m.k0_error)
+        return jnp.where(ok, m.k0 + jax.lax.stop_gradient(m.k0_error), jnp.inf)
 
     def max_privacy_loss(self, direction="remove"):
         _check_direction(direction)
