@@ -208,6 +208,7 @@ def _calibrate(args):
     import functools
 
     import jaxdp
+    from jaxdp.numerics import validate
 
     certify = None if args.certify.lower() == "none" else args.certify
     common = {"target_epsilon": args.target_epsilon, "delta": args.delta, "method": args.method, "certify": certify}
@@ -215,7 +216,7 @@ def _calibrate(args):
     if args.solve_for == "sigma":
         _need(args, "q", "steps")
         if args.group_size is not None and args.group_size != 1:
-            jaxdp._validate.probability("--q", args.q)
+            validate.probability("--q", args.q)
             family = functools.partial(_group_family, q=args.q, k=args.group_size)
             r = jaxdp.calibrate_noise_multiplier(
                 num_steps=args.steps, mechanism=family, sigma_max=args.sigma_max, **common
@@ -275,6 +276,7 @@ def _group_family(sigma, *, q, k):
 
 def _mechanism(args):
     import jaxdp
+    from jaxdp.numerics import validate
 
     if args.mechanism == "laplace":
         if args.q != 1.0 or args.group_size:
@@ -282,7 +284,7 @@ def _mechanism(args):
         return jaxdp.Laplace(args.sigma, adjacency=args.adjacency)
     if args.mechanism == "gaussian" and args.q != 1.0:
         raise ValueError("--mechanism gaussian means no subsampling; use --q 1 or --mechanism poisson-gaussian.")
-    jaxdp._validate.probability("--q", args.q)
+    validate.probability("--q", args.q)
     if args.group_size is not None:
         if args.group_size < 1:
             raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
@@ -293,8 +295,15 @@ def _mechanism(args):
     return jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
 
 
+def _supports(method, mech):
+    import jaxdp
+
+    return jaxdp.method_info(method).supports(jaxdp.Composition.of((mech, 1)))
+
+
 def _run(args):
     import jaxdp
+    from jaxdp.numerics import validate
 
     if args.command == "methods":
         lines = []
@@ -306,15 +315,15 @@ def _run(args):
         return _calibrate(args)
     if args.command == "sweep":
         return _sweep(args)
-    jaxdp._validate.positive("--sigma", args.sigma)
-    if args.method is None:
-        args.method = FALLBACK_METHOD if args.mechanism == "laplace" else DEFAULT_METHOD
-    info = jaxdp.method_info(args.method)
+    validate.positive("--sigma", args.sigma)
     if args.command == "epsilon":
-        jaxdp._validate.open_unit("--delta", args.delta)
+        validate.open_unit("--delta", args.delta)
     else:
-        jaxdp._validate.nonnegative("--epsilon", args.epsilon)
+        validate.nonnegative("--epsilon", args.epsilon)
     mech = _mechanism(args)
+    if args.method is None:  # the default where it supports the mechanism (MethodInfo.supports), else the fallback
+        args.method = DEFAULT_METHOD if _supports(DEFAULT_METHOD, mech) else FALLBACK_METHOD
+    info = jaxdp.method_info(args.method)
     start = time.perf_counter()
     if args.command == "epsilon":
         eps = float(jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=args.steps, method=args.method))
@@ -329,7 +338,7 @@ def _run(args):
         raise ValueError("the accountant returned a non-finite value; check the arguments.")
     upper = None
     companion = info.companion
-    if companion == DEFAULT_METHOD and args.mechanism == "laplace":
+    if companion is not None and not _supports(companion, mech):
         companion = FALLBACK_METHOD
     if companion is not None:
         if args.command == "epsilon":

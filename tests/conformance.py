@@ -19,7 +19,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import jaxdp
-from jaxdp import _accountant
+from jaxdp.accountants import _api as _accountant
 
 
 class AccountantConformance:

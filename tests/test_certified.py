@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from scipy import signal, stats
 
 import jaxdp
-from jaxdp import _certified
-from jaxdp._mechanisms import as_composition
-from jaxdp._numerics import to_f64
+from jaxdp.accountants.certified import _certified
+from jaxdp.mechanisms import as_composition
+from jaxdp.numerics import to_f64
 
 
 class TestCertifiedConformance(AccountantConformance):

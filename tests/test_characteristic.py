@@ -13,9 +13,9 @@ from _helpers import central_difference, mechanism_for_row, x64
 from conformance import AccountantConformance
 
 import jaxdp
-from jaxdp import _characteristic
-from jaxdp._mechanisms import as_composition
-from jaxdp._numerics import to_f64
+from jaxdp.accountants import _characteristic
+from jaxdp.mechanisms import as_composition
+from jaxdp.numerics import to_f64
 
 
 class TestCharacteristicConformance(AccountantConformance):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _helpers import x64
 
-from jaxdp._nufft import nufft1
+from jaxdp.numerics._nufft import nufft1
 
 
 @pytest.mark.parametrize("num", [16, 512, 4096])

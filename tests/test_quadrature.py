@@ -11,7 +11,7 @@ from _helpers import central_difference, complex_log_close, x64
 from _mp_refs import mixture_cgf
 
 import jaxdp
-from jaxdp._quadrature import log_mixture_moment
+from jaxdp.mechanisms._quadrature import log_mixture_moment
 
 TOL = 1e-10
 

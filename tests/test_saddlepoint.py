@@ -12,9 +12,9 @@ from _helpers import central_difference, x64
 from conformance import AccountantConformance
 
 import jaxdp
-from jaxdp import _saddlepoint
-from jaxdp._mechanisms import as_composition
-from jaxdp._numerics import to_f64
+from jaxdp.accountants import _saddlepoint
+from jaxdp.mechanisms import as_composition
+from jaxdp.numerics import to_f64
 
 
 class TestSaddlepointConformance(AccountantConformance):

@@ -31,8 +31,10 @@ from _lower_bounds import exact_one_step_log_delta, psg, sum_statistic_log_delta
 from scipy import fft as sfft
 
 import jaxdp
-from jaxdp import _accountant, _saddlepoint, _solvers
-from jaxdp._mechanisms import as_composition
+from jaxdp.accountants import _api as _accountant
+from jaxdp.accountants import _saddlepoint
+from jaxdp.mechanisms import as_composition
+from jaxdp.numerics import _solvers
 
 CERTIFIED = ["certified", "certified-fast", "saddlepoint-certified"]
 # the full-lattice program compiles for ~40 s per mechanism structure: its cause tests on new structures are slow

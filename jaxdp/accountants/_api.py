@@ -10,17 +10,23 @@ turns invalid traced inputs into NaN.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-from collections.abc import Callable
-
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _certified, _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _validate
-from jaxdp._mechanisms import Composition, as_composition
-from jaxdp._numerics import float64_scope, to_f64
+from jaxdp.accountants import _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint
+from jaxdp.accountants import certified as _certified
+from jaxdp.accountants._registry import (
+    MethodInfo,
+    available_methods,
+    check_supported,
+    method_info,
+    register_method,
+    register_methods,
+)
+from jaxdp.mechanisms import Composition, as_composition
+from jaxdp.numerics import float64_scope, to_f64
+from jaxdp.numerics import validate as _validate
 
 __all__ = [
     "MethodInfo",
@@ -34,142 +40,13 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class MethodInfo:
-    """What an accountant is and whether its numbers are proven upper bounds.
-
-    Attributes:
-      name: the ``method=`` string.
-      certified: True when the returned epsilon/delta is a proven upper bound
-        (up to the documented numerical assumptions of the method).
-      description: one line for reports.
-      log_delta: ``(composition, direction, epsilon) -> log delta``.
-      epsilon: ``(composition, direction, log_delta) -> epsilon``.
-      companion: for an estimate, the name of the method giving its certified
-        upper bound (reported beside it by the command line).
-      screen: for a certified method, the name of a cheaper certified method.
-        With two adjacency directions, the second is computed only where the
-        cheap bound does not already show it below the first (the worse
-        direction decides the result, so skipping it is exact).
-    """
-
-    name: str
-    certified: bool
-    description: str
-    log_delta: Callable = dataclasses.field(repr=False)
-    epsilon: Callable = dataclasses.field(repr=False)
-    companion: str | None = None
-    screen: str | None = None
-
-
-_METHODS: dict[str, MethodInfo] = {}
-
-
-def register_method(info: MethodInfo) -> None:
-    """Registers an accountant under ``info.name``."""
-    _METHODS[info.name] = info
-
-
-def available_methods() -> tuple[str, ...]:
-    """Names accepted by ``method=``."""
-    return tuple(_METHODS)
-
-
-def method_info(method: str) -> MethodInfo:
-    """The :class:`MethodInfo` of ``method`` (ValueError for unknown names)."""
-    try:
-        return _METHODS[method]
-    except (KeyError, TypeError):
-        raise ValueError(f"method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}.") from None
-
-
-def _exact_log_delta(comp, direction, epsilon):
-    return _exact.log_delta_gaussian(_exact.gaussian_mu(comp), epsilon)
-
-
-def _exact_epsilon(comp, direction, log_delta):
-    return _exact.epsilon_gaussian(_exact.gaussian_mu(comp), log_delta)
-
-
-register_method(
-    MethodInfo(
-        "rdp",
-        certified=True,
-        description="Rényi DP over real orders with the Canonne-Kamath-Steinke conversion",
-        log_delta=_rdp.log_delta_rdp,
-        epsilon=_rdp.epsilon_rdp,
-    )
-)
-register_method(
-    MethodInfo(
-        "exact",
-        certified=True,
-        description="closed-form delta(eps) of composed Gaussian mechanisms",
-        log_delta=_exact_log_delta,
-        epsilon=_exact_epsilon,
-    )
-)
-
-
-register_method(
-    MethodInfo(
-        "saddlepoint",
-        certified=False,
-        description="saddle-point approximation delta_2 (estimate; O(1) in the number of steps)",
-        log_delta=_saddlepoint.log_delta_saddlepoint,
-        epsilon=_saddlepoint.epsilon_saddlepoint,
-        companion="certified",
-    )
-)
-register_method(
-    MethodInfo(
-        "saddlepoint-certified",
-        certified=True,
-        description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
-        log_delta=_saddlepoint.log_delta_saddlepoint_upper,
-        epsilon=_saddlepoint.epsilon_saddlepoint_upper,
-    )
-)
-
-
-register_method(
-    MethodInfo(
-        "certified",
-        certified=True,
-        description="pessimistic lattice PLD composed by FFT in the tilted domain (proven upper bound, tight)",
-        log_delta=_certified.log_delta_certified,
-        epsilon=_certified.epsilon_certified,
-        screen="saddlepoint-certified",
-    )
-)
-register_method(
-    MethodInfo(
-        "certified-fast",
-        certified=True,
-        description="certified on an 8x coarser lattice (proven upper bound, ~1e-4 looser at most, ~6x faster)",
-        log_delta=functools.partial(_certified.log_delta_certified, grid=_certified.FAST_GRID),
-        epsilon=functools.partial(_certified.epsilon_certified, grid=_certified.FAST_GRID),
-        screen="saddlepoint-certified",
-    )
-)
-register_method(
-    MethodInfo(
-        "characteristic",
-        certified=False,
-        description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
-        log_delta=_characteristic.log_delta_characteristic,
-        epsilon=_characteristic.epsilon_characteristic,
-        companion="certified",
-    )
-)
-register_method(
-    MethodInfo(
-        "characteristic-real",
-        certified=False,
-        description="real-axis (Gil-Pelaez) inversion; baseline, loses all digits below delta ~ 1e-10",
-        log_delta=_gil_pelaez.log_delta_gil_pelaez,
-        epsilon=_gil_pelaez.epsilon_gil_pelaez,
-    )
+register_methods(
+    _rdp.METHODS
+    + _exact.METHODS
+    + _saddlepoint.METHODS
+    + _certified.METHODS
+    + _characteristic.METHODS
+    + _gil_pelaez.METHODS
 )
 
 
@@ -177,6 +54,7 @@ def _prepare(mechanism, num_steps, method):
     info = method_info(method)
     _validate.num_steps("num_steps", num_steps)
     comp = as_composition(mechanism, num_steps)
+    check_supported(info, comp)
     return info, to_f64(comp)
 
 
@@ -191,7 +69,7 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get):
         if info.screen is None:
             worst = _larger(worst, get(info)(comp, d, arg))
             continue
-        cheap = get(_METHODS[info.screen])(comp, d, arg)
+        cheap = get(method_info(info.screen))(comp, d, arg)
         full = jax.lax.cond(
             ~(cheap <= worst),  # NaN computes it too
             lambda c, a, d=d: get(info)(c, d, a),
@@ -211,8 +89,8 @@ def _larger(a, b):
     return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, jnp.where(b > a, b, a))
 
 
-def _log_delta_impl(comp: Composition, epsilon, method: str):
-    info = _METHODS[method]
+def log_delta_of_composition(comp: Composition, epsilon, method: str):
+    info = method_info(method)
     log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, lambda i: i.log_delta), 0.0)
     if info.certified:  # a bound that could not be evaluated is the vacuous delta = 1, never NaN
         log_delta = jnp.where(jnp.isnan(log_delta), 0.0, log_delta)
@@ -220,8 +98,8 @@ def _log_delta_impl(comp: Composition, epsilon, method: str):
     return jnp.where(ok, log_delta, jnp.nan)
 
 
-def _epsilon_impl(comp: Composition, delta, method: str):
-    info = _METHODS[method]
+def epsilon_of_composition(comp: Composition, delta, method: str):
+    info = method_info(method)
     ok = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
     eps = _worst_direction(comp, log_delta, info, lambda i: i.epsilon)
@@ -230,8 +108,8 @@ def _epsilon_impl(comp: Composition, delta, method: str):
     return jnp.where(ok, eps, jnp.nan)
 
 
-_log_delta_jit = jax.jit(_log_delta_impl, static_argnames=("method",))
-_epsilon_jit = jax.jit(_epsilon_impl, static_argnames=("method",))
+_log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method",))
+_epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method",))
 
 
 @float64_scope

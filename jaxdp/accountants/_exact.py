@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from jaxdp._mechanisms import Composition, Gaussian
-from jaxdp._numerics import log_ndtr, log_sub_exp
-from jaxdp._solvers import solve_decreasing
+from jaxdp.accountants._registry import MethodInfo
+from jaxdp.mechanisms import Composition, Gaussian
+from jaxdp.numerics import log_ndtr, log_sub_exp, solve_decreasing
 
 __all__ = ["epsilon_gaussian", "gaussian_mu", "log_delta_gaussian"]
 
@@ -53,3 +53,27 @@ def epsilon_gaussian(mu, log_delta):
 
     eps = solve_decreasing(f, jnp.zeros_like(hi), hi)
     return jnp.where(f(0.0) <= 0, 0.0, eps)
+
+
+def _all_gaussian(comp: Composition) -> bool:
+    return all(isinstance(m, Gaussian) for m in comp.mechanisms)
+
+
+def _exact_log_delta(comp, direction, epsilon):
+    return log_delta_gaussian(gaussian_mu(comp), epsilon)
+
+
+def _exact_epsilon(comp, direction, log_delta):
+    return epsilon_gaussian(gaussian_mu(comp), log_delta)
+
+
+METHODS = (
+    MethodInfo(
+        "exact",
+        certified=True,
+        description="closed-form delta(eps) of composed Gaussian mechanisms",
+        log_delta=_exact_log_delta,
+        epsilon=_exact_epsilon,
+        supports=_all_gaussian,
+    ),
+)

@@ -24,10 +24,10 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdp import _characteristic as _cf
-from jaxdp import _saddlepoint
-from jaxdp._mechanisms import Composition
-from jaxdp._solvers import solve_decreasing
+from jaxdp.accountants import _cgf, _saddlepoint
+from jaxdp.accountants._registry import MethodInfo
+from jaxdp.mechanisms import Composition
+from jaxdp.numerics import solve_decreasing
 
 __all__ = ["epsilon_gil_pelaez", "log_delta_gil_pelaez"]
 
@@ -39,22 +39,22 @@ def _log_phi_line(comp: Composition, direction: str, t, eps_max):
     """``(ds, log phi(t + i s_k), E_t L)`` for the law tilted by ``exp(t L)``, untilted phase."""
     t = jnp.asarray(t, jnp.float64)
     sg = jax.lax.stop_gradient(comp)
-    _, k1, k2 = _saddlepoint._k012(sg, direction, t)
+    _, k1, k2 = _cgf.k012(sg, direction, t)
     span = jnp.abs(k1) + eps_max + _SPAN_SD * jnp.sqrt(k2)
-    nodes, s_res = _cf._line_nodes(comp, direction, t)
-    ds = jax.lax.stop_gradient(jnp.minimum(math.pi / span, s_res / _cf.NUM_NODES))
-    log_phi = _cf._composed_log_phi(comp, direction, t, nodes, ds)
-    _, mean = _saddlepoint._k01(comp, direction, t)
+    nodes, s_res = _cgf.line_nodes(comp, direction, t)
+    ds = jax.lax.stop_gradient(jnp.minimum(math.pi / span, s_res / _cgf.NUM_NODES))
+    log_phi = _cgf.composed_log_phi(comp, direction, t, nodes, ds)
+    _, mean = _cgf.k01(comp, direction, t)
     return ds, log_phi, mean
 
 
 def _tail(ds, log_phi, mean, eps):
     """``Pr[L > eps]`` by the Gil-Pelaez integral (trapezoidal rule)."""
-    s = ds * jnp.arange(_cf.NUM_NODES, dtype=jnp.float64)
+    s = ds * jnp.arange(_cgf.NUM_NODES, dtype=jnp.float64)
     safe_s = jnp.where(s > 0, s, 1.0)
     g = jnp.imag(jnp.exp(log_phi - 1j * s * eps)) / safe_s
     g = g.at[0].set(mean - eps)
-    weights = jnp.ones(_cf.NUM_NODES).at[0].set(0.5)
+    weights = jnp.ones(_cgf.NUM_NODES).at[0].set(0.5)
     return 0.5 + ds / math.pi * jnp.sum(weights * g)
 
 
@@ -90,3 +90,14 @@ def epsilon_gil_pelaez(comp, direction, log_delta):
         return delta(e) - target
 
     return solve_decreasing(g, jnp.zeros_like(hi), hi, x0=eps0)
+
+
+METHODS = (
+    MethodInfo(
+        "characteristic-real",
+        certified=False,
+        description="real-axis (Gil-Pelaez) inversion; baseline, loses all digits below delta ~ 1e-10",
+        log_delta=log_delta_gil_pelaez,
+        epsilon=epsilon_gil_pelaez,
+    ),
+)

@@ -53,7 +53,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp._numerics import LOG_2PI, logsumexp
+from jaxdp.numerics import LOG_2PI, logsumexp
 
 __all__ = [
     "HALF_WIDTH",

@@ -23,6 +23,7 @@ __all__ = [
     "log_ndtr",
     "log_sub_exp",
     "logsumexp",
+    "nan_to",
     "to_f64",
 ]
 
@@ -97,3 +98,8 @@ def logsumexp(x, axis=-1):
     m = jnp.where(jnp.isfinite(m), m, 0.0)
     s = jnp.sum(jnp.exp(x - m), axis=axis)
     return jnp.log(s) + jnp.squeeze(m, axis=axis)
+
+
+def nan_to(x, value):
+    """``x`` where it is a number, ``value`` where it is NaN (a bound that could not be evaluated)."""
+    return jnp.where(jnp.isnan(x), value, x)

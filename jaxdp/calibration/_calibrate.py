@@ -12,7 +12,7 @@ Each calibration is two solves, both compiled:
    (``certify``, by default ``"certified-fast"``: the certified construction on a
    coarser lattice, a proven bound) and moved, by the least amount the measured
    slack calls for, until the certified epsilon is at most the target.  The
-   parameter is first moved by ``CERTIFY_NUDGE`` (about the check's slack), so
+   parameter is first moved by the certified method's ``calibration_nudge`` (about the check's slack), so
    that one certified evaluation usually suffices.
 
 Gradients of the calibrated value with respect to the target epsilon, delta
@@ -36,10 +36,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import _accountant, _exact, _validate
-from jaxdp._mechanisms import PoissonSubsampledGaussian, as_composition
-from jaxdp._numerics import float64_scope, to_f64
-from jaxdp._pytree import pytree_dataclass
+from jaxdp import accountants as _accountant
+from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
+from jaxdp.numerics import float64_scope, pytree_dataclass, to_f64
+from jaxdp.numerics import validate as _validate
 
 __all__ = [
     "CalibrationResult",
@@ -50,8 +50,6 @@ __all__ = [
     "calibrate_sampling_prob",
 ]
 
-CERTIFY_NUDGE = {"certified": 3e-6, "certified-fast": 3e-5}  # first move, relative: about the check's slack
-DEFAULT_NUDGE = 3e-6  # for other certified methods (their first check usually fails; the step then grows)
 METHOD_XTOL = 3e-4  # the estimate's Newton stops once its step (in log parameter) is below this
 LINEAR_REACH = 1e-3  # the reported estimate is linearised from the search up to this (log) distance
 CERTIFY_ROUNDS = 12  # certified evaluations at most (one, usually)
@@ -142,7 +140,7 @@ class CalibrationResult:
 def _epsilon(mechanism, num_steps, delta, method):
     """Epsilon of the composition (pure, traceable); NaN (overflow) is read as +inf."""
     comp = to_f64(as_composition(mechanism, num_steps))
-    eps = _accountant._epsilon_impl(comp, delta, method)
+    eps = _accountant.epsilon_of_composition(comp, delta, method)
     return jnp.where(jnp.isnan(eps), jnp.inf, eps)
 
 
@@ -152,7 +150,8 @@ def _log_gap(eps, target):
 
 
 def _nudge(certify):
-    return CERTIFY_NUDGE.get(certify, DEFAULT_NUDGE)
+    """The certified method's first move, relative: about its slack (:attr:`MethodInfo.calibration_nudge`)."""
+    return _accountant.method_info(certify).calibration_nudge
 
 
 def _certify(eps_cert, x, target, max_x, nudge):
@@ -232,9 +231,9 @@ def _log_delta_gap(comp, target, log_delta, method):
     (overflow at a tiny noise) is read as ``delta = 1``, i.e. ``+inf``.
     """
     if method is None:  # the Gaussian approximation with the same K(1): closed form, only a start
-        ld = _exact.log_delta_gaussian(jnp.sqrt(jnp.maximum(comp.gaussian_mu2(), 1e-300)), target)
+        ld = _accountant.log_delta_gaussian(jnp.sqrt(jnp.maximum(comp.gaussian_mu2(), 1e-300)), target)
     else:
-        ld = _accountant._log_delta_impl(comp, target, method)
+        ld = _accountant.log_delta_of_composition(comp, target, method)
     neg = -jnp.minimum(jnp.where(jnp.isnan(ld), 0.0, ld), 0.0)
     return jnp.log(-log_delta) - jnp.log(neg)
 

@@ -50,9 +50,16 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp._mechanisms import Composition
-from jaxdp._numerics import log1mexp, log_ndtr, log_sub_exp
-from jaxdp._solvers import solve_decreasing
+from jaxdp.accountants._cgf import (
+    guess_log_t_for_delta,
+    k012,
+    log_deltas,
+    log_t_bracket,
+    saddle_point,
+)
+from jaxdp.accountants._registry import MethodInfo
+from jaxdp.mechanisms import Composition
+from jaxdp.numerics import log1mexp, solve_decreasing
 
 __all__ = [
     "SaddlePointResult",
@@ -64,11 +71,6 @@ __all__ = [
     "saddlepoint_terms",
 ]
 
-LOG_T_LO = math.log(1e-6)
-LOG_T_HI = math.log(1e7)
-LOG_T_MIN = math.log(1e-12)  # the bracket widens around a starting point outside [LOG_T_LO, LOG_T_HI] ...
-LOG_T_MAX = math.log(1e30)  # ... up to these ends
-BRACKET_REACH = 12.0  # how far (in log t) past the starting point the bracket reaches
 MOMENT_INFLATION = 1.001
 EPS_MARGIN = 1e-10
 EPS_RETRY_MARGINS = (1e-10, 1e-7, 1e-4)  # relative margins tried when re-checking a certified epsilon
@@ -93,76 +95,6 @@ class SaddlePointResult(NamedTuple):
     log_delta: jax.Array
     log_error_bound: jax.Array
     log_delta_upper: jax.Array
-
-
-def _k01(comp, direction, t):
-    return jax.jvp(lambda s: comp.cgf(s, direction), (t,), (jnp.ones_like(t),))
-
-
-def _k012(comp, direction, t):
-    (k0, k1), (_, k2) = jax.jvp(lambda s: _k01(comp, direction, s), (t,), (jnp.ones_like(t),))
-    return k0, k1, k2
-
-
-def _mu2(comp):
-    return jax.lax.stop_gradient(jnp.maximum(comp.gaussian_mu2(), 1e-300))
-
-
-def _clip_log_t(u):
-    return jnp.clip(u, LOG_T_MIN, LOG_T_MAX)
-
-
-def _bracket(u0):
-    """``[lo, hi]`` in ``log t``: the default bracket, widened to reach ``BRACKET_REACH`` past the start."""
-    u0 = jax.lax.stop_gradient(u0)
-    lo = jnp.clip(jnp.minimum(LOG_T_LO, u0 - BRACKET_REACH), LOG_T_MIN, LOG_T_LO)
-    hi = jnp.clip(jnp.maximum(LOG_T_HI, u0 + BRACKET_REACH), LOG_T_HI, LOG_T_MAX)
-    return lo, hi
-
-
-def _guess_log_t_for_epsilon(comp, epsilon):
-    """Saddle point of the Gaussian pair with the same ``K(1)`` (a starting point)."""
-    mu2 = _mu2(comp)
-    t = jnp.maximum(epsilon / mu2, 1.0)
-    for _ in range(4):  # Newton on mu2 (t + 1/2) - eps - 1/t - 1/(1+t), convex-increasing
-        f = mu2 * (t + 0.5) - epsilon - 1.0 / t - 1.0 / (1.0 + t)
-        df = mu2 + 1.0 / (t * t) + 1.0 / (1.0 + t) ** 2
-        t = jnp.maximum(t - f / df, 0.5 * t)
-    return _clip_log_t(jnp.log(t))
-
-
-def _guess_log_t_for_delta(comp, log_delta):
-    """For the Gaussian pair, t* ~ sqrt(2 log(1/delta)) / mu."""
-    mu2 = _mu2(comp)
-    return _clip_log_t(0.5 * jnp.log(2.0 * jnp.maximum(-log_delta, 1e-3) / mu2))
-
-
-def saddle_point(comp: Composition, direction: str, epsilon):
-    """``t*`` solving ``K'(t) = eps + 1/t + 1/(1+t)`` (differentiable)."""
-
-    def h(u):  # decreasing in u = log t
-        t = jnp.exp(u)
-        _, k1 = _k01(comp, direction, t)
-        return -(k1 - epsilon - 1.0 / t - 1.0 / (1.0 + t))
-
-    u0 = _guess_log_t_for_epsilon(comp, epsilon)
-    lo, hi = _bracket(u0)
-    return jnp.exp(solve_decreasing(h, lo, hi, x0=u0))
-
-
-def _log_deltas(k0, k1, k2, t, epsilon):
-    """``(log delta_2, log delta_1)`` at ``t`` from ``K, K', K''``."""
-    a = k1 - epsilon
-    s = jnp.sqrt(k2)
-
-    def log_term(c):  # log E[exp(-c U) 1{U > 0}], U ~ N(a, k2)
-        return -c * a + 0.5 * c * c * k2 + log_ndtr((a - c * k2) / s)
-
-    log_e = log_sub_exp(log_term(t), log_term(t + 1.0))
-    base = k0 - epsilon * t
-    log_d2 = base + log_e
-    log_d1 = base - 0.5 * jnp.log(2.0 * math.pi * (t * t * (1.0 + t) ** 2 * k2 + t * t + (1.0 + t) ** 2))
-    return log_d2, log_d1
 
 
 def _berry_esseen(comp):
@@ -208,7 +140,7 @@ def _certified_upper(comp, direction, t, epsilon=None):
     """
     m = comp.checked_moments(t, direction)
     eps = m.k1 - 1.0 / t - 1.0 / (1.0 + t) if epsilon is None else epsilon
-    log_d2, _ = _log_deltas(m.k0, m.k1, m.k2, t, eps)
+    log_d2, _ = log_deltas(m.k0, m.k1, m.k2, t, eps)
     log_b = _log_bound_from(comp, m.k0, m.k2, m.abs3, t, eps)
     upper = jnp.logaddexp(log_d2, log_b) + m.k0_error + LOG_DELTA_MARGIN
     ok = m.resolved & (t > 0) & jnp.isfinite(t) & jnp.isfinite(upper) & jnp.isfinite(eps)
@@ -235,8 +167,8 @@ def _clip_log_delta(x):
 def saddlepoint_terms(comp: Composition, direction: str, epsilon) -> SaddlePointResult:
     """All saddle-point quantities at ``epsilon`` for one direction."""
     t = saddle_point(comp, direction, epsilon)
-    k0, k1, k2 = _k012(comp, direction, t)
-    log_d2, log_d1 = _log_deltas(k0, k1, k2, t, epsilon)
+    k0, k1, k2 = k012(comp, direction, t)
+    log_d2, log_d1 = log_deltas(k0, k1, k2, t, epsilon)
     log_b = _log_bound(comp, direction, k0, k2, t, epsilon)
     upper = certified_log_delta_at(comp, direction, t, epsilon)
     return SaddlePointResult(t, _clip_log_delta(log_d1), _clip_log_delta(log_d2), log_b, upper)
@@ -253,7 +185,7 @@ def log_delta_saddlepoint_upper(comp, direction, epsilon):
 
 
 def _eps_along_curve(comp, direction, t):
-    k0, k1, k2 = _k012(comp, direction, t)
+    k0, k1, k2 = k012(comp, direction, t)
     eps = k1 - 1.0 / t - 1.0 / (1.0 + t)
     return eps, k0, k1, k2
 
@@ -267,11 +199,11 @@ def _solve_epsilon(comp, direction, log_delta, certified: bool):
             # the root" so the search moves back to moderate tilts; the answer is re-checked anyway
             return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta)
         eps, k0, k1, k2 = _eps_along_curve(comp, direction, t)
-        log_d2, _ = _log_deltas(k0, k1, k2, t, eps)
+        log_d2, _ = log_deltas(k0, k1, k2, t, eps)
         return log_d2 - log_delta
 
-    u0 = _guess_log_t_for_delta(comp, log_delta)
-    lo, hi = _bracket(u0)
+    u0 = guess_log_t_for_delta(comp, log_delta)
+    lo, hi = log_t_bracket(u0)
     u = solve_decreasing(g, lo, hi, x0=u0, max_jump=2.0)
     t = jnp.exp(u)
     if not certified:
@@ -314,3 +246,22 @@ def epsilon_saddlepoint(comp, direction, log_delta):
 def epsilon_saddlepoint_upper(comp, direction, log_delta):
     """epsilon with ``min(1, delta_2 + bound)(eps) = delta`` (certified)."""
     return _solve_epsilon(comp, direction, log_delta, certified=True)
+
+
+METHODS = (
+    MethodInfo(
+        "saddlepoint",
+        certified=False,
+        description="saddle-point approximation delta_2 (estimate; O(1) in the number of steps)",
+        log_delta=log_delta_saddlepoint,
+        epsilon=epsilon_saddlepoint,
+        companion="certified",
+    ),
+    MethodInfo(
+        "saddlepoint-certified",
+        certified=True,
+        description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
+        log_delta=log_delta_saddlepoint_upper,
+        epsilon=epsilon_saddlepoint_upper,
+    ),
+)

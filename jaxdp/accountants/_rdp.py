@@ -29,8 +29,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp._mechanisms import Composition
-from jaxdp._solvers import minimize_on_grid
+from jaxdp.accountants._registry import MethodInfo
+from jaxdp.mechanisms import Composition
+from jaxdp.numerics import minimize_on_grid
 
 __all__ = ["LOG_ORDER_GRID", "epsilon_rdp", "log_delta_rdp", "rdp_curve"]
 
@@ -70,3 +71,14 @@ def log_delta_rdp(comp: Composition, direction: str, epsilon):
 
     value, _ = minimize_on_grid(f, jnp.asarray(LOG_ORDER_GRID))
     return jnp.minimum(value, 0.0)
+
+
+METHODS = (
+    MethodInfo(
+        "rdp",
+        certified=True,
+        description="Rényi DP over real orders with the Canonne-Kamath-Steinke conversion",
+        log_delta=log_delta_rdp,
+        epsilon=epsilon_rdp,
+    ),
+)

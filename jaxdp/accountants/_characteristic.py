@@ -69,11 +69,11 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp import _saddlepoint
-from jaxdp._mechanisms import Composition, _MixtureBase
-from jaxdp._nufft import nufft1
-from jaxdp._quadrature import mixture_rule
-from jaxdp._solvers import solve_decreasing
+from jaxdp.accountants import _cgf, _saddlepoint
+from jaxdp.accountants._cgf import NUM_NODES, composed_log_phi, line_nodes
+from jaxdp.accountants._registry import MethodInfo
+from jaxdp.mechanisms import Composition
+from jaxdp.numerics import solve_decreasing
 
 __all__ = [
     "CharacteristicResult",
@@ -82,16 +82,8 @@ __all__ = [
     "log_delta_characteristic",
 ]
 
-#: Nodes on the contour (static; even).
-NUM_NODES = 8192
-#: Midpoint nodes per window for the per-step characteristic function of a mixture.
-NODES_PER_WINDOW = 2048
-#: Half-width (in standard deviations) of each window of that rule.
-HALF_WIDTH = 10.0
 #: Each aliasing side is kept below this fraction of delta.
 ALIAS_TOL = 1e-15
-#: Bandwidth margin of a unit-width Gaussian bump for the midpoint rule (exp(-B^2/2) ~ 1e-18).
-_BUMP_BANDWIDTH = 9.0
 #: Multiples of t at which the Chernoff bound for the m > 0 aliases is tried.
 _CHERNOFF_STEPS = tuple(2.0**k for k in range(-8, 3))
 #: Relative size of the error terms above which the quadrature is not trusted.
@@ -132,65 +124,6 @@ class _Contour(NamedTuple):
 
 
 # --- per-step characteristic functions ----------------------------------------------
-
-
-class _MixtureNodes(NamedTuple):
-    ell: jax.Array  # privacy loss at the nodes, centred at its tilted mean
-    mean: jax.Array  # the tilted mean
-    log_c: jax.Array  # normalised tilted weights
-    s_res: jax.Array  # largest s the rule resolves
-
-
-def _mixture_nodes(mech: _MixtureBase, direction: str, t) -> _MixtureNodes:
-    log_p, c, sigma = mech.mixture()
-    b = c / sigma
-    lam = 1.0 + t if direction == "remove" else -t
-    sign = 1.0 if direction == "remove" else -1.0
-    rule = mixture_rule(lam, log_p, b, nodes_per_window=NODES_PER_WINDOW, half_width=HALF_WIDTH)
-    log_c = lam * rule.log_r + rule.log_w
-    log_c = log_c - jax.nn.logsumexp(log_c)
-    ell = sign * rule.log_r
-    mean = jnp.sum(jnp.exp(log_c) * ell)
-    # resolution of the rule for exp(i s ell(z)): node spacing, slope and bump width
-    z = rule.z
-    h = jax.lax.stop_gradient(jnp.exp(rule.log_w[0] + 0.5 * z[0] * z[0] + 0.5 * math.log(2.0 * math.pi)))
-    post = jax.nn.softmax(log_p[None, :] + b[None, :] * z[:, None] - 0.5 * b * b, axis=-1)
-    mean_b = jnp.sum(post * b, axis=-1)
-    var_b = jnp.maximum(jnp.sum(post * b * b, axis=-1) - mean_b**2, 0.0)
-    significant = log_c > -80.0
-    slope = jnp.max(jnp.where(significant, jnp.abs(mean_b), 0.0))
-    curvature = 1.0 + jnp.maximum(-lam, 0.0) * jnp.max(jnp.where(significant, var_b, 0.0))
-    bandwidth = _BUMP_BANDWIDTH * jnp.sqrt(curvature)
-    s_res = (2.0 * math.pi / h - bandwidth) / jnp.maximum(slope, 1e-300)
-    s_res = jax.lax.stop_gradient(jnp.maximum(s_res, 0.0))
-    return _MixtureNodes(ell - mean, mean, log_c, s_res)
-
-
-def _line_nodes(comp: Composition, direction: str, t):
-    """Per-mechanism nodes (``None`` where the CGF has a closed form) and the smallest ``s_res``."""
-    nodes = [_mixture_nodes(m, direction, t) if isinstance(m, _MixtureBase) else None for m in comp.mechanisms]
-    s_res = jnp.inf
-    for nd in nodes:
-        if nd is not None:
-            s_res = jnp.minimum(s_res, nd.s_res)
-    return nodes, s_res
-
-
-def _composed_log_phi(comp: Composition, direction: str, t, nodes, ds):
-    """``sum_i n_i log E_t[exp(i s L_i)]`` at ``s = k ds`` (composition adds the per-step terms)."""
-    log_phi = 0.0
-    for m, n, nd in zip(comp.mechanisms, comp.counts, nodes):
-        log_phi = log_phi + jnp.asarray(n, jnp.float64) * _tilted_log_phi(m, direction, t, nd, ds)
-    return log_phi
-
-
-def _tilted_log_phi(mech, direction, t, nodes, ds):
-    """``log E_t[exp(i s L)]`` at ``s = k ds``, ``k < NUM_NODES`` (tilt ``exp(t L)``)."""
-    s = ds * jnp.arange(NUM_NODES, dtype=jnp.float64)
-    if nodes is None:  # closed-form CGF for complex arguments
-        return mech.cgf(t + 1j * s, direction) - mech.cgf(t, direction)
-    phi = nufft1(ds * nodes.ell, jnp.exp(nodes.log_c), NUM_NODES)
-    return jnp.log(phi) + 1j * s * nodes.mean
 
 
 # --- the contour -------------------------------------------------------------------
@@ -237,16 +170,16 @@ def _log_alias_bound(t, eps, period, a, k_ta):
 def _build_contour(comp: Composition, direction: str, eps, t) -> _Contour:
     t = jax.lax.stop_gradient(t)
     sg_comp = jax.lax.stop_gradient(comp)
-    k_t, k1, k2 = _saddlepoint._k012(comp, direction, t)  # only K(t) keeps its gradient
+    k_t, k1, k2 = _cgf.k012(comp, direction, t)  # only K(t) keeps its gradient
     k_sg, k1, k2 = jax.lax.stop_gradient((k_t, k1, k2))
-    log_d2, _ = _saddlepoint._log_deltas(k_sg, k1, k2, t, eps)
+    log_d2, _ = _cgf.log_deltas(k_sg, k1, k2, t, eps)
     log_d2 = jnp.where(jnp.isfinite(log_d2), log_d2, k_sg - t * eps)
     a, k_ta = _chernoff_cgfs(sg_comp, direction, t)
     period = _period(t, eps, a, k_ta, log_d2)
 
-    nodes, s_res = _line_nodes(comp, direction, t)
+    nodes, s_res = line_nodes(comp, direction, t)
     ds = jax.lax.stop_gradient(jnp.minimum(2.0 * math.pi / period, s_res / NUM_NODES))
-    log_phi = _composed_log_phi(comp, direction, t, nodes, ds)
+    log_phi = composed_log_phi(comp, direction, t, nodes, ds)
     s = ds * jnp.arange(NUM_NODES, dtype=jnp.float64)
     z = t + 1j * s
     log_f = log_phi - 1j * s * eps - jnp.log(z) - jnp.log1p(z)
@@ -303,7 +236,7 @@ def _reliable(log_delta, log_alias, log_trunc, log_chernoff):
 
 def characteristic_terms(comp: Composition, direction: str, epsilon) -> CharacteristicResult:
     """The contour quadrature at ``epsilon`` for one direction, with its error terms."""
-    t = _saddlepoint.saddle_point(jax.lax.stop_gradient(comp), direction, epsilon)
+    t = _cgf.saddle_point(jax.lax.stop_gradient(comp), direction, epsilon)
     contour = _build_contour(comp, direction, epsilon, t)
     log_chernoff = _log_chernoff(contour, epsilon)
     log_delta = jnp.minimum(_contour_log_delta(contour, epsilon), log_chernoff)
@@ -360,7 +293,7 @@ def epsilon_characteristic(comp, direction, log_delta):
     # re-centred at that root, searched near it.  (A scan keeps one traced copy of a pass.)
     def one_pass(eps, width):
         eps_c = jax.lax.stop_gradient(eps)
-        t = _saddlepoint.saddle_point(sg_comp, direction, eps_c)
+        t = _cgf.saddle_point(sg_comp, direction, eps_c)
         contour = _build_contour(comp, direction, eps_c, t)
         lo = jnp.maximum(eps_c - width * (eps_c + 0.1), 0.0)
         hi = jnp.minimum(eps_c + width * (eps_c + 0.1), 2.0 * eps_c + 1.0)
@@ -379,3 +312,15 @@ def epsilon_characteristic(comp, direction, log_delta):
     ok = at_zero | _reliable(log_d, log_alias, _log_truncation(contour) + base, _log_chernoff(contour, eps_sg))
     ok = jax.lax.stop_gradient(ok)
     return jnp.where(ok, eps, fallback)
+
+
+METHODS = (
+    MethodInfo(
+        "characteristic",
+        certified=False,
+        description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
+        log_delta=log_delta_characteristic,
+        epsilon=epsilon_characteristic,
+        companion="certified",
+    ),
+)

@@ -1,0 +1,123 @@
+"""The method registry: what an accountant is, what it supports, and the ``method=`` names."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+__all__ = [
+    "MethodInfo",
+    "available_methods",
+    "check_supported",
+    "method_info",
+    "register_method",
+    "register_methods",
+    "supports_all",
+]
+
+
+def supports_all(composition) -> bool:
+    """The default :attr:`MethodInfo.supports`: every mechanism."""
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class MethodInfo:
+    """What an accountant is, what it supports, and whether its numbers are proven upper bounds.
+
+    Attributes:
+      name: the ``method=`` string.
+      certified: True when the returned epsilon/delta is a proven upper bound
+        (up to the documented numerical assumptions of the method).
+      description: one line for reports.
+      log_delta: ``(composition, direction, epsilon) -> log delta`` (traceable; ``direction`` is a
+        :class:`~jaxdp.mechanisms.Direction`).
+      epsilon: ``(composition, direction, log_delta) -> epsilon`` (traceable).
+      supports: ``composition -> bool``, decided from the mechanism types alone (no traced values):
+        False makes the entry points raise one ``ValueError`` naming the method and the mechanism.
+      companion: for an estimate, the name of the method giving its certified
+        upper bound (reported beside it by the command line).
+      screen: for a certified method, the name of a cheaper certified method.
+        With two adjacency directions, the second is computed only where the
+        cheap bound does not already show it below the first (the worse
+        direction decides the result, so skipping it is exact).
+      calibration_nudge: for a certified method, the relative first move of a calibrated
+        parameter before its certified check (about the method's slack over the estimate).
+    """
+
+    name: str
+    certified: bool
+    description: str
+    log_delta: Callable = dataclasses.field(repr=False)
+    epsilon: Callable = dataclasses.field(repr=False)
+    supports: Callable = dataclasses.field(default=supports_all, repr=False)
+    companion: str | None = None
+    screen: str | None = None
+    calibration_nudge: float = 3e-6
+
+
+_METHODS: dict[str, MethodInfo] = {}
+
+
+def register_method(info: MethodInfo) -> None:
+    """Registers an accountant under ``info.name`` (replacing one of the same name).
+
+    ``info.log_delta`` and ``info.epsilon`` receive a :class:`~jaxdp.Composition` (float64
+    leaves, possibly traced) and one adjacency direction; the entry points take care of
+    validation, the number of steps, float64, ``jax.jit`` and the worse of two directions.
+    ``companion`` and ``screen`` must name registered methods (or the method itself).
+
+    Example (``tests/test_architecture.py`` registers a working toy accountant this way):
+      >>> import jax.numpy as jnp, jaxdp
+      >>> info = jaxdp.MethodInfo(
+      ...     "trivial", certified=True, description="delta = 1, a valid and useless bound",
+      ...     log_delta=lambda comp, direction, eps: jnp.zeros_like(eps),
+      ...     epsilon=lambda comp, direction, log_delta: jnp.full_like(log_delta, jnp.inf))
+      >>> info.supports(jaxdp.Composition.of((jaxdp.Laplace(1.0), 3)))
+      True
+    """
+    register_methods((info,))
+
+
+def register_methods(infos) -> None:
+    """Registers several :class:`MethodInfo` at once (they may name each other as companion or screen)."""
+    infos = tuple(infos)
+    names = {i.name for i in infos if isinstance(i, MethodInfo)}
+    for info in infos:
+        if not isinstance(info, MethodInfo):
+            raise TypeError(f"register_method takes a MethodInfo, got {type(info).__name__}.")
+        if not isinstance(info.name, str) or not info.name:
+            raise ValueError(f"MethodInfo.name must be a non-empty string, got {info.name!r}.")
+        for field in ("log_delta", "epsilon", "supports"):
+            if not callable(getattr(info, field)):
+                raise ValueError(f"MethodInfo.{field} of {info.name!r} must be callable.")
+        for field in ("companion", "screen"):
+            other = getattr(info, field)
+            if other is not None and other not in names and other not in _METHODS:
+                raise ValueError(f"MethodInfo.{field} of {info.name!r} names an unregistered method {other!r}.")
+    for info in infos:
+        _METHODS[info.name] = info
+
+
+def available_methods() -> tuple[str, ...]:
+    """Names accepted by ``method=``."""
+    return tuple(_METHODS)
+
+
+def method_info(method: str) -> MethodInfo:
+    """The :class:`MethodInfo` of ``method`` (ValueError for unknown names)."""
+    try:
+        return _METHODS[method]
+    except (KeyError, TypeError):
+        raise ValueError(f"method must be one of {', '.join(map(repr, _METHODS))}, got {method!r}.") from None
+
+
+def check_supported(info: MethodInfo, composition) -> None:
+    """``ValueError`` when ``info`` does not support every part of ``composition``."""
+    if not info.supports(composition):
+        kinds = sorted({type(m).__name__ for m in composition.mechanisms})
+        usable = [n for n, i in _METHODS.items() if i.supports(composition)]
+        raise ValueError(
+            f"method={info.name!r} does not support {' + '.join(kinds)}; "
+            f"methods that do: {', '.join(map(repr, usable))}."
+        )

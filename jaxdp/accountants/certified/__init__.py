@@ -1,0 +1,13 @@
+"""The certified accountant: pessimistic lattice privacy-loss distributions composed by FFT in the
+tilted domain.  What it bounds and how: ``docs/accountants/certified.md``."""
+
+from jaxdp.accountants.certified._certified import (
+    FAST_GRID,
+    METHODS,
+    CertifiedResult,
+    certified_terms,
+    epsilon_certified,
+    log_delta_certified,
+)
+
+__all__ = ["FAST_GRID", "METHODS", "CertifiedResult", "certified_terms", "epsilon_certified", "log_delta_certified"]

@@ -1,0 +1,38 @@
+"""Shared numerics: log-space helpers and the float64 guard, root finders, input validation, pytrees, NUFFT.
+
+The bottom layer of the package: it imports nothing else from jaxdp, and every other
+package may use it (see the "Architecture" section of the README).
+"""
+
+from jaxdp.numerics import _validate as validate
+from jaxdp.numerics._logspace import (
+    LOG_2PI,
+    float64_scope,
+    log1mexp,
+    log_ndtr,
+    log_sub_exp,
+    logsumexp,
+    nan_to,
+    to_f64,
+)
+from jaxdp.numerics._nufft import SPREAD, nufft1
+from jaxdp.numerics._pytree import pytree_dataclass
+from jaxdp.numerics._solvers import bracketed_newton, minimize_on_grid, solve_decreasing
+
+__all__ = [
+    "LOG_2PI",
+    "SPREAD",
+    "bracketed_newton",
+    "float64_scope",
+    "log1mexp",
+    "log_ndtr",
+    "log_sub_exp",
+    "logsumexp",
+    "minimize_on_grid",
+    "nan_to",
+    "nufft1",
+    "pytree_dataclass",
+    "solve_decreasing",
+    "to_f64",
+    "validate",
+]

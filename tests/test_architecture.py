@@ -1,0 +1,199 @@
+"""The package's layering and import rules, and a third-party accountant through ``register_method``.
+
+Layers (each may import only those below it): ``numerics`` < ``mechanisms`` < ``accountants`` <
+``calibration`` < ``cli``/``jaxdp`` (the public face).  A private name (leading underscore, a
+module or an attribute) is used only inside its own package and its subpackages, except those of
+``numerics``; an accountant uses another's public functions only (what they share is in ``_cgf``).
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+import jaxdp
+from jaxdp.accountants import _registry
+
+ROOT = pathlib.Path(jaxdp.__file__).parent
+LAYERS = {"numerics": 0, "mechanisms": 1, "accountants": 2, "calibration": 3}
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _package_of(module: str, is_package: bool) -> str:
+    return module if is_package else module.rpartition(".")[0]
+
+
+def _layer(module: str):
+    parts = module.split(".")
+    return LAYERS.get(parts[1]) if len(parts) > 1 else None
+
+
+def _imports(path: pathlib.Path):
+    """``(line, target module, imported name or None)`` for every import of jaxdp in ``path``."""
+    me = _module_name(path)
+    tree = ast.parse(path.read_text())
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("jaxdp"):
+            for alias in node.names:
+                target = f"{node.module}.{alias.name}"
+                # ``from pkg import _module`` imports a module; ``from module import name`` a name
+                if (ROOT.parent / target.replace(".", "/")).with_suffix(".py").exists() or (
+                    ROOT.parent / target.replace(".", "/") / "__init__.py"
+                ).exists():
+                    out.append((node.lineno, target, None))
+                else:
+                    out.append((node.lineno, node.module, alias.name))
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names if a.name.startswith("jaxdp")]
+    return me, out
+
+
+def _sources():
+    return sorted(p for p in ROOT.rglob("*.py"))
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_import_rules(path):
+    me, imports = _imports(path)
+    my_pkg = _package_of(me, path.name == "__init__.py")
+    my_layer = _layer(me)
+    for line, target, name in imports:
+        where = f"{path.relative_to(ROOT)}:{line} imports {target}{'.' + name if name else ''}"
+        target_layer = _layer(target)
+        if my_layer is not None and target_layer is not None:
+            assert target_layer <= my_layer, f"upward import: {where}"
+        if target.split(".")[:2] == ["jaxdp", "numerics"]:
+            continue  # numerics is shared by all
+        # the target's package: the module itself when it names a package, else its parent
+        target_path = ROOT.parent / target.replace(".", "/")
+        target_pkg = target if (target_path / "__init__.py").exists() else target.rpartition(".")[0]
+        if my_pkg == target_pkg or my_pkg.startswith(target_pkg + "."):
+            continue  # inside one package (its subpackages included), private modules and names are shared
+        private = [p for p in target.split(".")[1:] if p.startswith("_")]
+        assert not private, f"private module across packages: {where}"
+        assert not (name and name.startswith("_")), f"private name across packages: {where}"
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_private_attribute_of_another_module(path):
+    """``module._name`` on an imported jaxdp module (e.g. ``_saddlepoint._k012``) is not used."""
+    tree = ast.parse(path.read_text())
+    modules = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("jaxdp"):
+            modules |= {a.asname or a.name for a in node.names}
+        elif isinstance(node, ast.Import):
+            modules |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name.startswith("jaxdp")}
+    bad = [
+        f"{path.relative_to(ROOT)}:{n.lineno} {n.value.id}.{n.attr}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in modules
+        and n.attr.startswith("_")
+        and not n.attr.startswith("__")
+    ]
+    assert not bad
+
+
+def test_every_method_declares_its_support():
+    for name in jaxdp.available_methods():
+        info = jaxdp.method_info(name)
+        assert callable(info.supports)
+        assert info.supports(jaxdp.Composition.of((jaxdp.Gaussian(1.0), 2)))
+
+
+@pytest.mark.parametrize("method", ["exact", "certified", "certified-fast"])
+def test_unsupported_pair_is_one_clear_value_error(method):
+    with pytest.raises(ValueError, match=f"method='{method}' does not support Laplace; methods that do: 'rdp'"):
+        jaxdp.epsilon_for_delta(jaxdp.Laplace(1.0), delta=1e-5, num_steps=10, method=method)
+    with pytest.raises(ValueError, match="does not support"):
+        jaxdp.delta_for_epsilon(jaxdp.Laplace(1.0), epsilon=1.0, num_steps=10, method=method)
+
+
+# -- a third-party accountant -------------------------------------------------------------------------------------
+
+_TILTS = jnp.geomspace(1e-3, 1e4, 400)
+
+
+def _chernoff_log_delta(comp, direction, epsilon):
+    """``delta(eps) <= min_t exp(K(t) - t eps) t^t / (1 + t)^(1 + t)`` (a Chernoff-type bound), on a grid of ``t``."""
+    k = jax.vmap(lambda t: comp.cgf(t, direction))(_TILTS)
+    t = _TILTS
+    return jnp.min(k - t * epsilon + t * jnp.log(t) - (1 + t) * jnp.log1p(t))
+
+
+def _chernoff_epsilon(comp, direction, log_delta):
+    k = jax.vmap(lambda t: comp.cgf(t, direction))(_TILTS)
+    t = _TILTS
+    return jnp.maximum(jnp.min((k + t * jnp.log(t) - (1 + t) * jnp.log1p(t) - log_delta) / t), 0.0)
+
+
+def _gaussian_only(comp):
+    return all(isinstance(m, jaxdp.Gaussian) for m in comp.mechanisms)
+
+
+@pytest.fixture
+def toy_method(monkeypatch):
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    jaxdp.register_method(
+        jaxdp.MethodInfo(
+            "toy-chernoff",
+            certified=True,
+            description="Chernoff bound on a grid of tilts (a third-party example)",
+            log_delta=_chernoff_log_delta,
+            epsilon=_chernoff_epsilon,
+            supports=_gaussian_only,
+            companion="exact",
+        )
+    )
+    return "toy-chernoff"
+
+
+def test_third_party_accountant_through_register_method(toy_method):
+    assert toy_method in jaxdp.available_methods()
+    m = jaxdp.Gaussian(2.0)
+    eps = jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=100, method=toy_method)
+    exact = jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=100, method="exact")
+    assert eps.dtype == jnp.float64
+    # a valid bound: above the exact curve, and not absurdly loose
+    assert float(exact) <= float(eps) <= 1.3 * float(exact)
+    log_d = jaxdp.log_delta_for_epsilon(m, epsilon=float(eps), num_steps=100, method=toy_method)
+    assert float(log_d) == pytest.approx(math.log(1e-5), abs=0.05)
+    # the entry points give it validation, jit, grad and vmap
+    with pytest.raises(ValueError, match="delta"):
+        jaxdp.epsilon_for_delta(m, delta=2.0, method=toy_method)
+    with pytest.raises(ValueError, match="does not support PoissonSubsampledGaussian"):
+        jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(1.0, 0.01), delta=1e-5, method=toy_method)
+    g = jax.grad(lambda s: jaxdp.epsilon_for_delta(jaxdp.Gaussian(s), delta=1e-5, num_steps=100, method=toy_method))
+    assert float(g(2.0)) < 0
+    sig = jnp.array([1.5, 2.0, 3.0])
+    batched = jax.vmap(lambda s: jaxdp.epsilon_for_delta(jaxdp.Gaussian(s), delta=1e-5, method=toy_method))(sig)
+    looped = [float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(float(s)), delta=1e-5, method=toy_method)) for s in sig]
+    assert [float(b) for b in batched] == pytest.approx(looped, rel=1e-12)
+
+
+def test_register_method_rejects_bad_infos():
+    with pytest.raises(TypeError):
+        jaxdp.register_method("rdp")
+    bad = jaxdp.MethodInfo("x", certified=False, description="", log_delta=None, epsilon=None)
+    with pytest.raises(ValueError, match="log_delta"):
+        jaxdp.register_method(bad)
+    orphan = jaxdp.MethodInfo(
+        "y", certified=False, description="", log_delta=_chernoff_log_delta, epsilon=_chernoff_epsilon, screen="nope"
+    )
+    with pytest.raises(ValueError, match="unregistered method 'nope'"):
+        jaxdp.register_method(orphan)
+    assert "x" not in jaxdp.available_methods() and "y" not in jaxdp.available_methods()
