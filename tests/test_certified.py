@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 from scipy import signal, stats
 
 import jaxdp
-from jaxdp.accountants.certified import _certified
-from jaxdp.mechanisms import as_composition
+from jaxdp import numerics
+from jaxdp.accountants.certified import _constants, _lattice, _search
+from jaxdp.accountants.certified import _window as _window_mod
+from jaxdp.mechanisms import _log_ratio, as_composition
 from jaxdp.numerics import to_f64
 
 
@@ -222,7 +224,7 @@ def test_log_normal_interval_matches_mpmath(lo, hi):
     mp.mp.dps = 50
     want = float(mp.log(mp.ncdf(hi) - mp.ncdf(lo)))
     with x64():
-        got = float(_certified.log_normal_interval(lo, hi))
+        got = float(numerics.log_normal_interval(lo, hi))
     assert got == pytest.approx(want, rel=1e-14, abs=1e-14)
 
 
@@ -237,25 +239,24 @@ def test_interval_masses_within_their_error_bounds(path, monkeypatch):
     mp = pytest.importorskip("mpmath")
     mp.mp.dps = 40
     if path == "everywhere":
-        monkeypatch.setattr(_certified, "_BAD_CELLS", 4)
+        monkeypatch.setattr(_lattice, "_BAD_CELLS", 4)
     if path == "scan":
-        monkeypatch.setattr(_certified, "_UNROLL", 0)
+        monkeypatch.setattr(_lattice, "UNROLL", 0)
+        monkeypatch.setattr(_log_ratio, "UNROLL", 0)
     log_p, c, s = jaxdp.MixtureOfGaussians.poisson_group(1.3, 0.05, 4).mixture()
     rng = np.random.default_rng(0)
     fine = np.cumsum(rng.uniform(1e-6, 4e-4, 20000)) - 1.0  # -1 .. ~3
     wide = np.linspace(-9.0, -1.05, 40)  # cells 0.2 wide out at 5 deviations: log-space
     edges = np.concatenate([[-40 * 1.3], wide, fine, [fine[-1]], [4.0 + 40 * 1.3]])  # one empty cell
     with x64():
-        mix, gauss, err_mix, err_gauss = map(
-            np.asarray, _certified._interval_log_masses(jnp.asarray(edges), log_p, c, s)
-        )
+        mix, gauss, err_mix, err_gauss = map(np.asarray, _lattice._interval_log_masses(jnp.asarray(edges), log_p, c, s))
         log_p, c, s = np.asarray(log_p), np.asarray(c), float(s)
     xa, xb = edges[:-1], edges[1:]
     w = (xb - xa) / s
     m_far = np.maximum(np.abs(0.5 * (xa + xb) / s), np.abs(0.5 * (xa + xb) / s - c.max() / s))
-    n_bad = int(np.sum(w * np.maximum(1.0, m_far) > _certified._FAST_NARROW))
+    n_bad = int(np.sum(w * np.maximum(1.0, m_far) > _constants._FAST_NARROW))
     assert 40 < n_bad < 1024  # both kinds of cell are there (and more than _BAD_CELLS for "everywhere")
-    assert mix[-2] == _certified._NEG and gauss[-2] == _certified._NEG  # the empty cell has no mass
+    assert mix[-2] == _constants._NEG and gauss[-2] == _constants._NEG  # the empty cell has no mass
     cells = np.concatenate([np.arange(45), [len(xa) - 1], rng.choice(np.arange(45, len(xa) - 2), 150, replace=False)])
     s_mp = mp.mpf(s)
     for j in cells:
@@ -278,13 +279,13 @@ def _window(mech, steps, direction, eps):
     """The first lattice point, the window, and the (dense) lattice pmf of ``mech`` it uses."""
     with x64():
         comp = to_f64(as_composition(mech, steps))
-        t = jax.jit(lambda c: _certified._saddlepoint.saddle_point(c, direction, eps))(comp)
-        win = jax.jit(lambda c: _certified._build_window(c, direction, t, _LOG_DELTA_EST))(comp)
-        z = _certified._tail_z(comp, _LOG_DELTA_EST)
-        start, hi = _certified._loss_range(*mech.mixture(), direction, z)
-        size = _certified.LATTICE_SIZE
-        pmf = _certified._step_pmf(
-            mech, direction, start, win.spacing, size, size // _certified.COARSE_SHARE, hi + win.spacing
+        t = jax.jit(lambda c: _search._saddlepoint.saddle_point(c, direction, eps))(comp)
+        win = jax.jit(lambda c: _window_mod._build_window(c, direction, t, _LOG_DELTA_EST))(comp)
+        z = _window_mod._tail_z(comp, _LOG_DELTA_EST)
+        start, hi = _lattice._loss_range(*mech.mixture(), direction, z)
+        size = _constants.LATTICE_SIZE
+        pmf = _lattice._step_pmf(
+            mech, direction, start, win.spacing, size, size // _constants.COARSE_SHARE, hi + win.spacing
         )
         index = np.asarray(pmf.index).astype(int)
         dense = np.zeros(index[-1] + 1)
@@ -307,11 +308,11 @@ def test_single_step_lattice_dominates_the_exact_gaussian():
 def test_infinity_atom_is_the_gaussian_tail_beyond_the_lattice():
     """The +inf atom is the P-mass above the lattice: for the Gaussian, the tail past its top."""
     s = 0.8
-    k = _certified.LATTICE_SIZE
+    k = _constants.LATTICE_SIZE
     start = -(0.5 + 13 * s) / s**2  # loss at x = -13 s
     spacing = (1.0 + 19 * s) / s**2 / (k - 1)  # top of the lattice at x = 1 + 6 s
     with x64():
-        pmf = _certified._step_pmf(jaxdp.Gaussian(s), "remove", jnp.float64(start), jnp.float64(spacing))
+        pmf = _lattice._step_pmf(jaxdp.Gaussian(s), "remove", jnp.float64(start), jnp.float64(spacing))
         total = float(jnp.exp(jax.nn.logsumexp(pmf.log_pmf)))
     want = stats.norm.logsf(6.0)
     assert float(pmf.log_p_inf) >= want
@@ -325,12 +326,13 @@ def test_chernoff_term_bounds_the_mass_above_the_window(monkeypatch):
     A window of +-1 tilted deviation, 2^14 points (the lattice folded 8 times) leaves a
     sizeable mass above it.
     """
-    monkeypatch.setattr(_certified, "WINDOW_SDS_BELOW", 1.0)
-    monkeypatch.setattr(_certified, "WINDOW_SDS_ABOVE", 1.0)
-    monkeypatch.setattr(_certified, "NUM_BINS", 2**14)
+    monkeypatch.setattr(_window_mod, "WINDOW_SDS_BELOW", 1.0)
+    monkeypatch.setattr(_window_mod, "WINDOW_SDS_ABOVE", 1.0)
+    monkeypatch.setattr(_lattice, "NUM_BINS", 2**14)
+    monkeypatch.setattr(_constants, "NUM_BINS", 2**14)
     mech = jaxdp.PoissonSubsampledGaussian(0.7, 0.3)
     start, win, p, log_p_inf = _window(mech, 4, "remove", 2.0)
-    end = float(win.ell_start) + _certified.NUM_BINS * float(win.spacing)
+    end = float(win.ell_start) + _constants.NUM_BINS * float(win.spacing)
     two = np.clip(signal.fftconvolve(p, p), 0.0, None)  # two steps (absolute error ~1e-17)
     ell2 = 2 * start + np.arange(two.size) * float(win.spacing)
     survival = np.cumsum(two[::-1])[::-1]  # P(two steps >= ell2_j)
@@ -356,18 +358,18 @@ def test_fft_error_bound_covers_the_actual_rounding_error():
     ell = 2 * float(lo) + (2 * first + np.arange(exact.size)) * float(win.spacing)
     start = float(win.ell_start)
     idx = np.round((ell - start) / float(win.spacing)).astype(int)
-    y_exact = np.zeros(_certified.NUM_BINS)
-    np.add.at(y_exact, np.mod(idx, _certified.NUM_BINS), exact)  # the FFT convolves cyclically
+    y_exact = np.zeros(_constants.NUM_BINS)
+    np.add.at(y_exact, np.mod(idx, _constants.NUM_BINS), exact)  # the FFT convolves cyclically
     bound = math.exp(float(win.log_fft_error))
     y = np.exp(np.asarray(win.log_y))  # computed (clipped below at 1e-300)
     err = float(np.sqrt(np.sum((y - y_exact) ** 2)))
     assert 0.0 < err <= bound
     with x64():
         eps = 1.0
-        log_w = np.asarray(_certified._log_weights(win, jnp.float64(eps)))
+        log_w = np.asarray(_window_mod._log_weights(win, jnp.float64(eps)))
         exact_sum = float(np.sum(np.exp(log_w) * y_exact))
         log_with_term = np.logaddexp(
-            float(jax.nn.logsumexp(win.log_y + log_w)), float(_certified._log_fft_term(win, log_w))
+            float(jax.nn.logsumexp(win.log_y + log_w)), float(_window_mod._log_fft_term(win, log_w))
         )
     assert exact_sum > 0.0
     assert math.log(exact_sum) <= log_with_term
@@ -387,8 +389,8 @@ def test_unconverged_cell_edges_make_the_step_vacuous(monkeypatch):
     m = jaxdp.MixtureOfGaussians.poisson_group(1.0, 0.1, 3)  # several c > 0: Newton's start is not the root
     with x64():
         args = ("remove", jnp.float64(-0.5), jnp.float64(1e-2), 2048)
-        good = _certified._step_pmf(m, *args)
-        monkeypatch.setattr(_certified, "NEWTON_MAX_ITER", 0)  # the edges stay at Newton's start
-        bad = _certified._step_pmf(m, *args)
+        good = _lattice._step_pmf(m, *args)
+        monkeypatch.setattr(_log_ratio, "NEWTON_MAX_ITER", 0)  # the edges stay at Newton's start
+        bad = _lattice._step_pmf(m, *args)
     assert float(good.log_p_inf) < -10.0  # the P-mass above the lattice top (loss 20)
     assert float(bad.log_p_inf) == 0.0

@@ -211,7 +211,8 @@ def test_command_line_keeps_compiled_programs_between_runs(tmp_path):
 
 def test_vacuous_certified_answer_says_why(capsys):
     """A certified method that can verify no bound answers epsilon = inf with a note, not an error or a number."""
-    out = _json(capsys, "epsilon --sigma 1e-6 --q 0.5 --steps 10 --delta 1e-5 --method saddlepoint-certified --json".split())
+    args = "epsilon --sigma 1e-6 --q 0.5 --steps 10 --delta 1e-5 --method saddlepoint-certified"
+    out = _json(capsys, (args + " --json").split())
     assert out["vacuous"] is True and out["epsilon"] is None and "vacuous" in out["note"]
-    assert main("epsilon --sigma 1e-6 --q 0.5 --steps 10 --delta 1e-5 --method saddlepoint-certified".split()) == 0
+    assert main(args.split()) == 0
     assert "note: vacuous" in capsys.readouterr().out

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.mechanisms import Composition, MixtureMechanism, mixture_rule
+from jaxdp.mechanisms import Composition, MixtureMechanism, component_posterior, mixture_rule
 from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing
 
 LOG_T_LO = math.log(1e-6)
@@ -121,7 +121,7 @@ def mixture_nodes(mech: MixtureMechanism, direction: str, t) -> MixtureNodes:
     # resolution of the rule for exp(i s ell(z)): node spacing, slope and bump width
     z = rule.z
     h = jax.lax.stop_gradient(jnp.exp(rule.log_w[0] + 0.5 * z[0] * z[0] + 0.5 * math.log(2.0 * math.pi)))
-    post = jax.nn.softmax(log_p[None, :] + b[None, :] * z[:, None] - 0.5 * b * b, axis=-1)
+    post = component_posterior(z, log_p, b)
     mean_b = jnp.sum(post * b, axis=-1)
     var_b = jnp.maximum(jnp.sum(post * b * b, axis=-1) - mean_b**2, 0.0)
     significant = log_c > -80.0

@@ -1,64 +1,14 @@
 """Characteristic-function accountant: delta(eps) by quadrature on the saddle-point contour.
 
-For the composed privacy loss ``L`` (cumulant generating function ``K(z) =
-log E_P[exp(z L)]``, the analytic continuation of the log characteristic
-function) and any ``t > 0``,
+``delta(eps) = (1 / 2 pi) int exp(K(t + is) - (t + is) eps) / ((t + is)(1 + t + is)) ds`` along the
+vertical line through the saddle point (Zhu, Dong & Wang, AISTATS 2022; Alghamdi et al., ICML 2023),
+by the trapezoidal rule; the per-step characteristic functions are closed forms or, for mixtures, a
+midpoint rule evaluated on the contour by a non-uniform FFT (:mod:`jaxdp.numerics._nufft`).  Method
+``"characteristic"`` is an *estimate* (~1e-6 relative at any delta): the aliasing error is bounded,
+the truncation and rounding errors are estimated, and where they exceed ``RELIABLE_TOL`` of delta the
+certified saddle-point value is returned instead.
 
-    delta(eps) = E_P[(1 - exp(eps - L))_+]
-               = (1 / 2 pi) int exp(K(t + is) - (t + is) eps) / ((t + is)(1 + t + is)) ds
-
-(Zhu, Dong & Wang, AISTATS 2022; Alghamdi et al., ICML 2023).  The line is
-placed through the saddle point ``t*`` of the integrand, where it is
-non-oscillatory and no digit is lost to cancellation, so delta keeps its full
-relative accuracy at 1e-15 and far below (unlike the real-axis Lévy /
-Gil-Pelaez inversion, :mod:`jaxdp._gil_pelaez`).
-
-Quadrature on the line: the trapezoidal rule ``(ds / 2 pi) sum_k f(k ds)`` with
-a static number ``NUM_NODES`` of nodes.  By Poisson summation it is *exactly*
-
-    delta(eps) + sum_{m != 0} exp(t P m) delta(eps + P m),    P = 2 pi / ds,
-
-so its only errors are aliasing (the privacy-loss law folded with period
-``P``) and truncation at ``s_max = NUM_NODES ds``.  Aliasing is bounded
-rigorously from the CGF at real points (``delta <= 1`` for ``m < 0``; the
-Chernoff bound ``delta(e) <= exp(K(t') - t' e) (t'/(1+t'))^t' / (1+t')`` at
-``t' > t`` for ``m > 0``); ``ds`` is chosen so that both are below
-``ALIAS_TOL`` times the saddle-point estimate of delta.
-
-Per-step characteristic functions ("double quadrature"): closed form for the
-Gaussian and Laplace mechanisms; for mixtures of Gaussians (Poisson-subsampled
-Gaussian included) the midpoint rule of :mod:`jaxdp._quadrature` with many
-more nodes, tilted by ``exp(t L)``, evaluated at all ``NUM_NODES`` contour
-points at once by a non-uniform FFT (:mod:`jaxdp._nufft`).  The rule
-resolves ``exp(i s L(z))`` up to ``s_res = (2 pi / h - B) / max |dL/dz|`` (node
-spacing ``h``, bump bandwidth ``B``); ``ds`` is lowered so that the contour
-stops there.  Composition adds ``count x log phi``.
-
-What is estimated rather than bounded: the truncation error (the partial sum
-over the last 1/32 of the nodes) and the rounding / NUFFT error (~3e-14 per
-step, relative).  The returned delta is therefore an *estimate* with a small,
-reported error (:func:`characteristic_terms`); the proven bounds are the
-certified methods.
-
-Where the error terms exceed ``RELIABLE_TOL`` (1e-3) of delta the quadrature is
-not trusted and the certified saddle-point value is returned instead
-(conservative: never below the truth).  That happens for a few steps with a
-tiny sampling rate: the "nobody sampled" part of the loss law is a spike of
-width ~q whose characteristic function decays too slowly for any fixed contour
-(checked against dp_accounting PLD, discretisation 1e-5, over sigma in
-{0.6, 1, 2}, q in {1e-4, 1e-3, 1e-2, 0.1}, 1-100 steps, delta in {1e-3, 1e-6,
-1e-10}: every unflagged epsilon agrees to 1e-4 relative or, for epsilon below
-0.01, to 1.1e-4 absolute -- the resolution of that reference there).
-
-epsilon(delta): the contour is built at the certified saddle-point epsilon;
-moving eps only multiplies the nodes by ``exp(-(t + is) d eps)``, so the root of
-``log delta(eps) = log delta`` costs a few cheap sums (bracketed Newton, implicit
-gradients through ``jax.lax.custom_root``).  The contour is then re-centred at
-that root and solved once more.
-
-Gradients with respect to the mechanism parameters flow through the per-step
-characteristic functions; the contour (``t``, ``ds``) is held fixed, since the
-exact integral does not depend on it.
+Derivation and guarantees: ``docs/accountants/characteristic.md``.
 """
 
 from __future__ import annotations

@@ -9,7 +9,9 @@ A composition of Gaussian mechanisms with noise multipliers ``s_i`` applied
 Both terms are evaluated as ``log_ndtr`` and subtracted in log space
 (``log_sub_exp``), so delta values down to ~1e-300 and below stay
 representable.  epsilon(delta) solves ``log delta(eps) = log delta`` with the
-safeguarded Newton iteration of :mod:`jaxdp._solvers` (implicit gradients).
+safeguarded Newton iteration of :mod:`jaxdp.numerics._solvers` (implicit gradients).
+
+Derivation and guarantees: ``docs/accountants/exact.md``.
 """
 
 from __future__ import annotations

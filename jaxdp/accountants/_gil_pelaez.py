@@ -5,7 +5,7 @@
 
 with ``phi_P(s) = exp(K(is))`` and ``phi_Q(s) = exp(K(-1 + is))`` (Zhu, Dong &
 Wang, AISTATS 2022).  The integrals use the same trapezoidal rule and per-step
-characteristic functions as :mod:`jaxdp._characteristic` (contour at ``t = 0``
+characteristic functions as :mod:`jaxdp.accountants._characteristic` (contour at ``t = 0``
 and ``t = -1``).
 
 Why it is only a baseline: the two tail probabilities are computed to an
@@ -13,8 +13,10 @@ Why it is only a baseline: the two tail probabilities are computed to an
 delta is their difference.  Once delta falls below ~1e-10 the cancellation
 leaves no correct digit, and below ~1e-16 the result is noise (possibly
 negative, reported as ``log delta = -inf``).  ``benchmarks/bench_characteristic.py``
-tabulates where it breaks; the contour method of :mod:`jaxdp._characteristic`
+tabulates where it breaks; the contour method of :mod:`jaxdp.accountants._characteristic`
 does not have this problem.  Method ``"characteristic-real"`` is an estimate.
+
+Derivation and limits: ``docs/accountants/characteristic.md``.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """Rényi-DP (moments) accountant with real orders and the tight conversion.
 
-The RDP curve of a composition is ``r(alpha) = sum_i n_i D_alpha(P_i || Q_i)``
-per direction, with ``D_alpha = K(alpha - 1) / (alpha - 1)`` from each
-mechanism's cumulant generating function (quadrature for mixtures, so any real
-order works).  Conversion to (epsilon, delta) uses Canonne, Kamath & Steinke
-(2020, Prop. 12) / Asoodeh et al. (2021):
+The RDP curve ``r(alpha) = sum_i n_i K_i(alpha - 1) / (alpha - 1)`` of a composition (quadrature for
+mixtures, so any real order works) is converted to (epsilon, delta) by Canonne, Kamath & Steinke
+(2020) / Asoodeh et al. (2021) and minimised over orders: a static grid of 200 orders
+``alpha - 1 in [1e-2, 1e4]``, refined by golden-section search.  The conversion is a proven bound at
+every order; an order whose quadrature is unresolved is ``+inf`` (skipped), never a finite guess.
 
-    delta <= exp((alpha - 1)(r(alpha) - eps)) / alpha * (1 - 1/alpha)^(alpha - 1),
-    eps    = r(alpha) + log1p(-1/alpha) - (log delta + log alpha) / (alpha - 1),
-
-minimised over orders: first on a static geometric grid of 200 orders
-``alpha - 1 in [1e-2, 1e4]``, then refined continuously by golden-section
-search in ``log(alpha - 1)`` (so the result is never looser than the best grid
-order and usually tighter than a fixed order list).
-
-Formal guarantees: for every order the conversion is a proven (epsilon,
-delta)-DP bound given the Rényi divergence; the Rényi divergences of mixtures
-come from the quadrature of :mod:`jaxdp._quadrature` (relative accuracy ~1e-10,
-validated against mpmath), the only non-proven ingredient: each order's value is taken from
-the rule of half the step plus the disagreement of its two interleaved halves, and an order
-whose halves disagree (the rule does not resolve the integrand: tiny noise, extreme orders
-of the add direction) is ``+inf`` -- skipped by the minimisation, never a finite guess
-(:meth:`~jaxdp._mechanisms.AbstractMechanism.cgf_upper`).
+Derivation and guarantees: ``docs/accountants/rdp.md``.
 """
 
 from __future__ import annotations

@@ -1,45 +1,13 @@
 """Saddle-point accountant (Alghamdi, Gomez, Asoodeh, Calmon, Kosut & Sankar, ICML 2023).
 
-For the composed privacy loss ``L`` with cumulant generating function
-``K(t) = sum_i n_i K_i(t)`` (count-weighted per-mechanism CGFs), and any
-``t > 0``,
+``"saddlepoint"`` returns the saddle-point approximation ``delta_2`` at the saddle point ``t*``, which
+solves ``K'(t*) = eps + 1/t* + 1/(1 + t*)`` for the composed CGF ``K``: an estimate, not a bound.
+``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound)`` with a Berry-Esseen error bound valid
+at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
+and where the moments cannot be resolved the bound is vacuous (delta = 1).  Root solves are bracketed
+Newton iterations in ``log t`` with implicit gradients (``jax.lax.custom_root``).
 
-    delta(eps) = (1/2 pi) int exp(F(t + is)) ds,   F(z) = K(z) - z eps - log z - log(1 + z).
-
-The saddle point ``t*`` solves ``F'(t*) = 0``, i.e.
-``K'(t*) = eps + 1/t* + 1/(1 + t*)`` (unique: ``K'`` increases, the right side
-decreases).  With ``Z ~ N(K'(t*), K''(t*))``:
-
-* ``delta_1 = exp(K - eps t*) / sqrt(2 pi [t*^2 (1+t*)^2 K'' + t*^2 + (1+t*)^2])``
-  (vanilla saddle-point approximation),
-* ``delta_2 = exp(K - eps t*) E[exp(t*(eps - Z)) (1 - exp(eps - Z))_+]`` in closed form
-  (two Gaussian tail terms, combined in log space with ``log_ndtr``),
-* error bound ``|delta - delta_2| <= exp(K - eps t) 2 C / (1 + t) (t/(1+t))^t P / K''^{3/2}`` with
-  ``P = sum_i n_i E|L~_i - E L~_i|^3`` over the per-step losses tilted by ``exp(t L)``, valid at
-  *any* ``t > 0`` (Berry-Esseen with ``C = 0.4748`` for identical steps, ``0.56`` otherwise;
-  derivation in ``docs/soundness.md``).
-
-``K'``, ``K''`` (and ``K'''`` where a Newton derivative needs it) come from JAX
-autodiff of the CGF, not from hand-derived formulas.  Every root solve is a
-bracketed, safeguarded Newton iteration in ``log t`` with implicit
-differentiation (``jax.lax.custom_root``), so gradients with respect to the
-noise multiplier and the sampling probability are exact, not unrolled.
-
-epsilon(delta) is solved jointly: along the saddle-point curve
-``eps(t) = K'(t) - 1/t - 1/(1+t)`` the target ``log delta_hat(t, eps(t)) = log delta`` is a
-single decreasing equation in ``log t``.
-
-Formal guarantees (method ``"saddlepoint-certified"``): ``min(1, delta_2 + bound)`` is an upper
-bound on delta(eps) by the error theorem above, given the moments ``K, K', K''`` and the tilted
-third moments at ``t``.  For mixtures they come from the quadrature of
-:mod:`jaxdp._quadrature`, applied on two interleaved node sets whose agreement is checked
-(:func:`jaxdp._quadrature.checked_moments`); the variance is computed as one (no cancellation),
-the third moments are inflated by 0.1 %, and ``log delta`` gets a margin of ``1e-6`` plus the
-rules' disagreement on ``K``.  Where a value is non-finite or the rule does not resolve the
-integrand the bound is vacuous (delta = 1).  The certified epsilon(delta) is the root of
-``delta_upper(eps) = delta`` plus a relative margin, *re-checked*: the certified delta is
-evaluated again at the returned epsilon, and epsilon is ``+inf`` unless it is at most the
-target.  ``"saddlepoint"`` returns the estimate ``delta_2`` and is *not* a bound.
+Derivation and guarantees: ``docs/accountants/saddlepoint.md`` (and ``docs/soundness.md``).
 """
 
 from __future__ import annotations
@@ -125,7 +93,7 @@ def certified_log_delta_at(comp, direction, t, epsilon):
 
     The error theorem holds at every ``t > 0``, so ``t`` need not be the exact saddle point: it is
     checked only to be finite and positive.  The moments come from
-    :meth:`~jaxdp._mechanisms.AbstractMechanism.checked_moments`; anything unresolved or
+    :meth:`~jaxdp.mechanisms.AbstractMechanism.checked_moments`; anything unresolved or
     non-finite gives the vacuous ``log delta = 0``.
     """
     _, upper = _certified_upper(comp, direction, t, epsilon)

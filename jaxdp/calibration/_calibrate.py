@@ -22,6 +22,8 @@ for); the certification shift is held constant.  Every function accepts arrays (
 one compiled call (``lax.map``: sequential, so that each configuration keeps
 its own iteration count and the certified accountant its cheap branches); the
 functions can also be ``jax.vmap``-ped or ``jax.jit``-ted.
+
+The method in full: ``docs/calibration.md``.
 """
 
 from __future__ import annotations

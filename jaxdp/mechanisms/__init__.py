@@ -8,10 +8,25 @@ from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction
 from jaxdp.mechanisms._composition import Composition, as_composition
 from jaxdp.mechanisms._gaussian import Gaussian
 from jaxdp.mechanisms._laplace import Laplace
+from jaxdp.mechanisms._log_ratio import (
+    LOG_ZERO,
+    NEWTON_MAX_ITER,
+    UNROLL,
+    X_FAR,
+    component_posterior,
+    inverse_log_ratio,
+    log_ratio,
+    mixture_log_ratio,
+    scaled_exps,
+)
 from jaxdp.mechanisms._mixture import MixtureMechanism, MixtureOfGaussians, PoissonSubsampledGaussian
 from jaxdp.mechanisms._quadrature import CheckedMoments, mixture_rule
 
 __all__ = [
+    "LOG_ZERO",
+    "NEWTON_MAX_ITER",
+    "UNROLL",
+    "X_FAR",
     "AbstractMechanism",
     "Adjacency",
     "CheckedMoments",
@@ -23,5 +38,10 @@ __all__ = [
     "MixtureOfGaussians",
     "PoissonSubsampledGaussian",
     "as_composition",
+    "component_posterior",
+    "inverse_log_ratio",
+    "log_ratio",
+    "mixture_log_ratio",
     "mixture_rule",
+    "scaled_exps",
 ]

@@ -88,7 +88,7 @@ def _f64(x):
 class AbstractMechanism:
     """Base class of all mechanisms (a dominating pair per direction).
 
-    Every numerical method runs in float64 (see :func:`jaxdp._numerics.float64_scope`),
+    Every numerical method runs in float64 (see :func:`jaxdp.numerics.float64_scope`),
     whatever the global ``jax_enable_x64`` setting.
     """
 

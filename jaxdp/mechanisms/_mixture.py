@@ -16,6 +16,7 @@ from jaxdp.mechanisms._base import (
     _check_under,
     _f64,
 )
+from jaxdp.mechanisms._log_ratio import log_ratio
 from jaxdp.mechanisms._quadrature import (
     NODES_PER_WINDOW,
     NODES_PER_WINDOW_POSITIVE,
@@ -89,9 +90,7 @@ class MixtureMechanism(AbstractMechanism):
 
     def _log_ratio(self, x):
         log_p, c, s = self.mixture()
-        x = jnp.asarray(x)
-        e = log_p + (c * x[..., None] - 0.5 * c * c) / (s * s)
-        return jax.nn.logsumexp(e, axis=-1)
+        return log_ratio(jnp.asarray(x), log_p, c, s)
 
     def privacy_loss(self, x, direction="remove"):
         _check_direction(direction)

@@ -7,6 +7,7 @@ package may use it (see the "Architecture" section of the README).
 from jaxdp.numerics import _validate as validate
 from jaxdp.numerics._logspace import (
     LOG_2PI,
+    UNIT_ROUNDOFF,
     float64_scope,
     log1mexp,
     log_ndtr,
@@ -18,16 +19,22 @@ from jaxdp.numerics._logspace import (
 from jaxdp.numerics._nufft import SPREAD, nufft1
 from jaxdp.numerics._pytree import pytree_dataclass
 from jaxdp.numerics._solvers import bracketed_newton, minimize_on_grid, solve_decreasing
+from jaxdp.numerics._special import log_interval, log_normal_interval, log_normal_mass, mean_factor
 
 __all__ = [
     "LOG_2PI",
     "SPREAD",
+    "UNIT_ROUNDOFF",
     "bracketed_newton",
     "float64_scope",
     "log1mexp",
+    "log_interval",
     "log_ndtr",
+    "log_normal_interval",
+    "log_normal_mass",
     "log_sub_exp",
     "logsumexp",
+    "mean_factor",
     "minimize_on_grid",
     "nan_to",
     "nufft1",

@@ -18,6 +18,8 @@ import jax.numpy as jnp
 from jax.scipy.special import log_ndtr as _jax_log_ndtr
 
 __all__ = [
+    "LOG_2PI",
+    "UNIT_ROUNDOFF",
     "float64_scope",
     "log1mexp",
     "log_ndtr",
@@ -28,6 +30,7 @@ __all__ = [
 ]
 
 LOG_2PI = math.log(2.0 * math.pi)
+UNIT_ROUNDOFF = 2.0**-53  # float64
 
 
 try:  # JAX >= 0.7

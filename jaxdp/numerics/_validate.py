@@ -2,8 +2,9 @@
 
 Checks run on concrete values only (Python numbers, NumPy arrays, concrete JAX
 arrays).  Traced values cannot be inspected; for those the accountants return
-NaN instead of a number (see ``valid_mask`` in the accountant modules), so an
-invalid traced input can never come out as a finite epsilon or delta.
+NaN instead of a number (the entry points of :mod:`jaxdp.accountants._api` test the
+composition's ``valid()``), so an invalid traced input can never come out as a finite
+epsilon or delta.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The certified accountant: pessimistic lattice privacy-loss distributions composed by FFT in the
 tilted domain.  What it bounds and how: ``docs/accountants/certified.md``."""
 
-from jaxdp.accountants.certified._certified import (
+from jaxdp.accountants.certified._search import (
     FAST_GRID,
     METHODS,
     CertifiedResult,

@@ -1,0 +1,252 @@
+"""The pessimistic lattice PLD of one step: loss cells, their masses from normal intervals, the split."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.accountants.certified._constants import (
+    _BAD_CELLS,
+    _FAST_NARROW,
+    _FAST_ORDER,
+    _NEG,
+    _TINY,
+    _U,
+    _X_FAR,
+    COARSE_FACTOR,
+    LATTICE_SIZE,
+    MIXTURE_NUM_BINS,
+    NUM_BINS,
+    Z_TAIL,
+)
+from jaxdp.mechanisms import UNROLL, Gaussian, MixtureMechanism, inverse_log_ratio, log_ratio, scaled_exps
+from jaxdp.numerics import log_normal_mass, mean_factor
+
+
+def _mixture_of(mech):
+    """``(log_p, c, s)`` of a mechanism whose dominating pair is a Gaussian mixture."""
+    if isinstance(mech, Gaussian):
+        s = jnp.asarray(mech.noise_multiplier, jnp.float64)
+        return jnp.zeros(1), jnp.ones(1), s
+    if isinstance(mech, MixtureMechanism):
+        return mech.mixture()
+    raise NotImplementedError(
+        f"method='certified' supports Gaussian and mixture-of-Gaussians mechanisms "
+        f"(Poisson-subsampled Gaussian included), not {type(mech).__name__}; "
+        "use method='saddlepoint-certified' or 'rdp' for it."
+    )
+
+
+def _clamp_edges(x, c, s):
+    """Cell edges clamped to ``[-_X_FAR s, max c + _X_FAR s]`` (finite, for finite gradients)."""
+    return jnp.clip(x, -_X_FAR * s, jnp.max(c) + _X_FAR * s)
+
+
+class _StepPmf(NamedTuple):
+    log_pmf: jax.Array  # (lattice points,) log of the inflated lattice pmf at a + index D
+    start: jax.Array  # a
+    log_p_inf: jax.Array  # log P-mass of the +inf atom (inflated)
+    index: jax.Array  # (lattice points,) lattice index of each point: 0..L-1, then L-1 + COARSE_FACTOR j
+
+
+def _lattice_index(lattice_size, coarse_size):
+    """Lattice indices of the points: ``lattice_size`` consecutive, then ``coarse_size`` every ``COARSE_FACTOR``."""
+    fine = np.arange(lattice_size, dtype=np.float64)
+    coarse = lattice_size - 1 + COARSE_FACTOR * np.arange(1, coarse_size + 1, dtype=np.float64)
+    return np.concatenate([fine, coarse])
+
+
+def _loss_range(log_p, c, s, direction, z=Z_TAIL):
+    """``(lowest, highest)`` loss over the covered output range (``P``-mass ``<= exp(-z^2 / 2) / 2`` beyond it)."""
+    if direction == "remove":
+        # P is the mixture: component i is covered to z_i deviations with p_i exp(-z_i^2 / 2) = exp(-z^2 / 2) / K,
+        # so the P-mass above is at most exp(-z^2 / 2) (rarer components need fewer deviations)
+        k = log_p.shape[0]
+        z_i = jnp.sqrt(jnp.maximum(z * z + 2.0 * (jnp.maximum(log_p, _NEG) + math.log(k)), 0.0))
+        xs = jnp.stack([-z * s, jnp.max(c + z_i * s)])
+        lo, hi = log_ratio(xs, log_p, c, s)
+        return lo, hi
+    xs = jnp.stack([z * s, -z * s])
+    lo, hi = -log_ratio(xs, log_p, c, s)
+    return lo, hi
+
+
+def _exact_log_masses(xa, xb, log_p, c, s):
+    """Log masses of ``[xa, xb]`` under the mixture and under ``N(0, s^2)``, component by component in log space."""
+
+    def body(acc, comp):
+        lp, ci = comp
+        return jnp.logaddexp(acc, lp + jnp.maximum(log_normal_mass(xa, xb, ci, s), _NEG)), None
+
+    mix, _ = jax.lax.scan(body, jnp.full(xa.shape, _NEG), (jnp.maximum(log_p, _NEG), c))
+    return mix, jnp.maximum(log_normal_mass(xa, xb, 0.0, s), _NEG)
+
+
+def _linear_mixture_sum(factor, x, lp, c, inv_s):
+    """``(R, S)`` with ``sum_i exp(lp_i - m_i^2 / 2) factor(m_i) = e^R S``, ``m_i = (x - c_i) / s``, ``R`` the largest
+    exponent (no gradient).  Unrolled over the components (XLA fuses it into one loop over ``x``, ~6x faster than
+    a reduction over a (components, points) array); an online rescaled scan for large mixtures."""
+    k = lp.shape[0]
+    if k <= UNROLL:
+        ms = [(x - c[i]) * inv_s for i in range(k)]
+        r, ws = scaled_exps([lp[i] - 0.5 * ms[i] * ms[i] for i in range(k)])
+        return r, sum(wi * factor(mi) for wi, mi in zip(ws, ms))
+
+    def body(carry, comp):
+        r, total = carry
+        lpi, ci = comp
+        mi = (x - ci) * inv_s
+        e = lpi - 0.5 * mi * mi
+        r_new = jax.lax.stop_gradient(jnp.maximum(r, e))
+        return (r_new, total * jnp.exp(r - r_new) + jnp.exp(e - r_new) * factor(mi)), None
+
+    (r, total), _ = jax.lax.scan(body, (jnp.full(x.shape, 2 * _NEG), jnp.zeros(x.shape)), (lp, c))
+    return r, total
+
+
+def _interval_log_masses(edges, log_p, c, s):
+    """Log masses between consecutive ``edges`` under the mixture and under ``N(0, s^2)``, with error bounds.
+
+    Returns ``(log_mix, log_gauss, err_mix, err_gauss)``, the error bounds on the
+    *relative* error of each mass.  The cells are those of the floating-point
+    edges exactly: a cell's width comes from ``xb - xa`` (exact for adjacent
+    edges, Sterbenz) and its mass is ``w phi(m) E`` (Hermite series of
+    :func:`mean_factor`); rounding the midpoint ``m`` or, for a wide interval,
+    the ends ``(x - c) / s`` of each component is a relative error of the mass
+    below ``~40 u Z^2`` (``Z`` the larger end in deviations, plus ``c_max / s``
+    and 2), and ``log_ndtr``'s few ulp are ``u Z^2`` too.  Where every component
+    is narrow (``w max(1, |m|) <= 1/8``: all but a few hundred cells at the ends)
+    the mixture is summed in linear space, ``e^R sum_i e^{log p_i - m_i^2 / 2 - R} E_i``
+    with ``R`` the largest exponent: one logarithm per cell instead of one
+    ``log`` and one ``logaddexp`` per component.  The other cells (up to
+    ``_BAD_CELLS``, else all of them) are summed in log space.
+    """
+    k = log_p.shape[0]
+    xa, xb = edges[:-1], edges[1:]
+    lp = jnp.maximum(log_p, _NEG)
+    inv_s = 1.0 / s
+    w = (xb - xa) * inv_s
+    xm = 0.5 * (xa + xb)
+    m0 = xm * inv_s
+    # the largest |m_i| is at the smallest or the largest mean
+    m_far = jnp.maximum(jnp.abs(m0 - jnp.min(c) * inv_s), jnp.abs(m0 - jnp.max(c) * inv_s))
+    empty = ~(w > 0)  # equal edges (clamped); a decreasing pair fails the edge check of _step_pmf
+    bad = ~(w * jnp.maximum(1.0, jnp.maximum(m_far, jnp.abs(m0))) <= _FAST_NARROW) & ~empty
+    # the linear-space sum, on inputs made harmless where a cell is bad (its value is replaced)
+    w_g = jnp.where(bad | empty, 1e-3, w)
+    xm_g = jnp.where(bad | empty, 0.0, xm)
+    m0_g = jnp.where(bad | empty, 0.0, m0)
+    r, scaled = _linear_mixture_sum(lambda mi: 1.0 + mean_factor(mi, w_g, _FAST_ORDER), xm_g, lp, c, inv_s)
+    log_w = jnp.log(w_g) - 0.5 * math.log(2.0 * math.pi)
+    mix = jnp.where(empty, _NEG, r + jnp.log(scaled) + log_w)
+    gauss = jnp.where(empty, _NEG, -0.5 * m0_g * m0_g + jnp.log1p(mean_factor(m0_g, w_g, _FAST_ORDER)) + log_w)
+
+    def gathered(mix, gauss):
+        idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0]
+        mix_b, gauss_b = _exact_log_masses(jnp.take(xa, idx, mode="clip"), jnp.take(xb, idx, mode="clip"), log_p, c, s)
+        return mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
+
+    def everywhere(mix, gauss):
+        mix_e, gauss_e = _exact_log_masses(xa, xb, log_p, c, s)
+        return jnp.where(bad, mix_e, mix), jnp.where(bad, gauss_e, gauss)
+
+    mix, gauss = jax.lax.cond(jnp.sum(bad) <= _BAD_CELLS, gathered, everywhere, mix, gauss)
+    mix = jnp.maximum(mix, _NEG)
+    gauss = jnp.maximum(gauss, _NEG)
+    # relative error bounds: the linear sum (K terms of a few ulp of their exponents), or the log-space sum
+    # (K logaddexps of values of size |log P|), plus the rounding of the arguments and log_ndtr (Z^2)
+    z2 = ((jnp.maximum(jnp.abs(xa), jnp.abs(xb)) + jnp.max(c)) * inv_s + 2.0) ** 2
+    lp_max = jnp.max(jnp.where(lp > _NEG, jnp.abs(lp), 0.0))
+    mult = jnp.where(bad, k + 2.0, 1.0)
+    err_mix = 64 * _U * mult * (k + 4.0 + jnp.abs(mix) + lp_max + z2) + 1e-300
+    err_gauss = 64 * _U * (5.0 + jnp.abs(gauss) + z2) + 1e-300
+    return jax.lax.optimization_barrier((mix, gauss, err_mix, err_gauss))
+
+
+def _grid(grid, comp):
+    """``(num_bins, lattice_size)``: ``grid``, or the module's (read when traced) for None.
+
+    Compositions with a mixture of more than two components (group privacy) get ``MIXTURE_NUM_BINS``:
+    their tilted laws are wide, and a window of ``NUM_BINS`` would set a lattice spacing above 1e-4.
+    """
+    if grid is not None:
+        return grid
+    wide = any(_mixture_of(m)[0].shape[0] > 2 for m in comp.mechanisms)
+    return (MIXTURE_NUM_BINS if wide else NUM_BINS, LATTICE_SIZE)
+
+
+def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_size=0, top=None) -> _StepPmf:
+    """Inflated connect-the-dots lattice pmf of one step (see the module docstring, items 1 and 4).
+
+    Floating point: each cell edge is solved for the loss ``l_k - eta_k`` and its
+    realised loss checked to lie in ``[l_k - 2 eta_k, l_k]`` (else the step is
+    all ``+inf`` atom: a vacuous but valid bound), so every cell's losses lie in
+    ``[l_k - 2 eta_k, l_{k+1}]``; the split's share of the lower point is then
+    computed from a lower bound on the cell's ``E_P[e^{-(L - l_k)}]`` and lowered
+    by its own rounding, which moves mass *up* within the cell (dominance is
+    kept) instead of adding mass; only the masses themselves are inflated
+    (relatively, by the error bounds of :func:`_interval_log_masses`).
+    """
+    log_p, c, s = _mixture_of(mech)
+    index = jnp.asarray(_lattice_index(LATTICE_SIZE if lattice_size is None else lattice_size, coarse_size))
+    ell = start + index * spacing
+    width = (index[1:] - index[:-1]) * spacing  # cell widths: D, then COARSE_FACTOR D
+    c_max = jnp.max(c)
+    s2 = s * s
+    lp_max = jnp.max(jnp.where(log_p > _NEG, jnp.abs(log_p), 0.0))
+    sign = 1.0 if direction == "remove" else -1.0
+    # loss error of a computed edge (logsumexp of terms of size |log p| + (c |x| + c^2) / s^2)
+    eta = 16 * _U * (4.0 + jnp.abs(ell) + lp_max + 2.0 * (c_max * (c_max + _X_FAR * s) + c_max * c_max) / s2)
+    x_raw = inverse_log_ratio(sign * (ell - eta), log_p, c, s)  # remove: increasing; add: decreasing
+    x = _clamp_edges(x_raw, c, s)
+    realised = sign * log_ratio(jax.lax.stop_gradient(x), log_p, c, s)
+    rho = 8 * _U * (4.0 + jnp.abs(realised) + lp_max + (c_max * jnp.abs(x) + c_max * c_max) / s2)
+    interior = jax.lax.stop_gradient(jnp.isfinite(x_raw) & (x_raw == x))
+    edges_ok = jnp.all(jnp.where(interior, (realised <= ell - rho) & (realised >= ell - 2.0 * eta + rho), True))
+    if direction == "remove":
+        edges = jnp.concatenate([(-_X_FAR * s)[None], x, (c_max + _X_FAR * s)[None]])
+        log_pm, log_qm, err_pm, err_qm = _interval_log_masses(edges, log_p, c, s)
+    else:
+        edges = jnp.concatenate([(-_X_FAR * s)[None], x[::-1], (c_max + _X_FAR * s)[None]])
+        log_qm, log_pm, err_qm, err_pm = _interval_log_masses(edges, log_p, c, s)
+        log_pm, log_qm, err_pm, err_qm = log_pm[::-1], log_qm[::-1], err_pm[::-1], err_qm[::-1]
+    # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
+    # P-masses inflated by their relative error bound (and the rounding of doing so)
+    log_pm = log_pm - jnp.log1p(-err_pm) + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))
+    cells_p = log_pm[1:-1]
+    cells_q = log_qm[1:-1]
+    left = ell[:-1]
+    # lower bound on lr = log E_P[e^{-(L - l)} | cell] (the sliver below l rounded up to l lowers it by <= 2 eta)
+    # and the error of the computed Q-mass
+    err_lr = (
+        16 * _U * (2.0 + jnp.abs(cells_p) + jnp.abs(cells_q) + jnp.abs(left))
+        + 1.01 * err_qm[1:-1]
+        + 2.02 * eta[:-1] * jnp.exp(width)
+    )
+    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left - err_lr, 0.0), -width, 0.0)
+    # share of the lower point, f = (e^lr - e^-w) / (1 - e^-w) (w the cell width), lowered by its rounding
+    xa = lr + width
+    f = jnp.where(xa > 0, jnp.expm1(jnp.where(xa > 0, xa, 1.0)) / jnp.expm1(width), 0.0)
+    f = jnp.clip(f - 8 * _U * (1.0 + jnp.exp(width)), 0.0, 1.0)
+    log_a = cells_p + jnp.where(f > 0, jnp.log(jnp.where(f > 0, f, 1.0)), _NEG)
+    log_b = cells_p + jnp.where(f < 1, jnp.log1p(-jnp.where(f < 1, f, 0.0)), _NEG)
+    neg_inf = jnp.full(1, _NEG)
+    log_to_k = jnp.concatenate([log_a, neg_inf])  # a of cell k goes to point k
+    log_from_below = jnp.concatenate([neg_inf, log_b])  # b of cell k-1 goes to point k
+    log_entry = jnp.logaddexp(log_to_k, log_from_below)
+    log_entry = log_entry.at[0].set(jnp.logaddexp(log_entry[0], log_pm[0]))  # below the lattice: rounded up
+    log_pmf = log_entry + jnp.log1p(16 * _U)  # the split's and the sums' rounding
+    log_pmf = jax.lax.optimization_barrier(jnp.logaddexp(log_pmf, math.log(_TINY)))
+    log_p_inf = jnp.logaddexp(log_pm[-1], math.log(_TINY))
+    if top is not None:
+        # points above ``top`` (the covered loss range) join the +inf atom: a far, heavily tilted
+        # tail kept on the lattice would wrap around the FFT window into the bound
+        beyond = ell > top
+        log_p_inf = jnp.logaddexp(log_p_inf, jax.nn.logsumexp(jnp.where(beyond, log_pmf, _NEG)))
+        log_pmf = jnp.where(beyond, _NEG, log_pmf)  # moved: exactly zero there
+    log_p_inf = jnp.where(edges_ok, log_p_inf, 0.0)
+    return _StepPmf(log_pmf, start, log_p_inf, index)

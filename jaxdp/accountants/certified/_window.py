@@ -1,0 +1,200 @@
+"""The FFT window: the composed tilted lattice law, its dropped masses and the FFT's error bound."""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.accountants import _cgf
+from jaxdp.accountants.certified._constants import (
+    _CHERNOFF_ABS,
+    _CHERNOFF_STEPS,
+    _GAMMA4,
+    _NEG,
+    _TINY,
+    _U,
+    _X_FAR,
+    COARSE_FACTOR,
+    COARSE_SHARE,
+    FINE_TILTED_MASS,
+    TAIL_FRACTION,
+    WINDOW_SDS_ABOVE,
+    WINDOW_SDS_BELOW,
+)
+from jaxdp.accountants.certified._lattice import _grid, _lattice_index, _loss_range, _mixture_of, _step_pmf
+from jaxdp.mechanisms import Composition, log_ratio
+
+
+def _fft_rho(num_bins):
+    """Higham's relative 2-norm bound of one FFT of ``num_bins`` points, taken 4x."""
+    return 4.0 * math.log2(num_bins) * (_U + _GAMMA4 * (math.sqrt(2.0) + _U))
+
+
+class _Window(NamedTuple):
+    log_y: jax.Array  # (NUM_BINS,) log of the computed tilted composed pmf, clipped below at _TINY
+    ell_start: jax.Array  # loss of window point 0
+    spacing: jax.Array
+    tilt: jax.Array
+    log_scale: jax.Array  # G = sum_i n_i log Z_i (untilting exponent)
+    log_rest: jax.Array  # log(sum_i n_i p_inf,i + Chernoff bound above the window)
+    log_rel: jax.Array  # log1p of the relative floating-point factor
+    log_fft_error: jax.Array  # log of the 2-norm bound on (computed - exact) over the window
+
+
+def _fine_top(log_p, c, s, direction, t, n_total):
+    """Loss up to which the lattice must be fine: the tilted per-step law's bumps to their tolerance.
+
+    Under "remove" the tilted law ``Q R^{1+t}`` is at most ``K^t sum_i`` of Gaussian bumps centred at
+    ``(1 + t) c_i`` with weights ``p_i^{1+t} exp(t (1 + t) c_i^2 / (2 s^2))``; each is covered until its
+    share of the tilted mass drops below ``FINE_TILTED_MASS / n_total``.  Coarse cells above only
+    loosen the bound (second order in their width, times that mass).  Under "add" the loss is bounded
+    above and its top is where the mass is: the whole range stays fine.
+    """
+    if direction != "remove":
+        return jnp.inf
+    tt = jnp.maximum(t, 0.0)
+    ok = log_p > _NEG
+    log_w = jnp.where(ok, (1.0 + tt) * log_p + tt * (1.0 + tt) * c * c / (2.0 * s * s), _NEG)
+    z2 = 2.0 * (log_w - jax.nn.logsumexp(log_w) - math.log(FINE_TILTED_MASS) + jnp.log(n_total))
+    x = jnp.max(jnp.where(ok & (z2 > 0), (1.0 + tt) * c + jnp.sqrt(jnp.maximum(z2, 0.0)) * s, -jnp.inf))
+    x = jnp.where(jnp.isfinite(x), x, jnp.max(c) + _X_FAR * s)  # (the heaviest bump always qualifies)
+    return log_ratio(x[None], log_p, c, s)[0]
+
+
+def _parts(comp: Composition):
+    return [(m, jnp.asarray(n, jnp.float64)) for m, n in zip(comp.mechanisms, comp.counts)]
+
+
+def _tail_z(comp: Composition, log_delta_est):
+    """Output range (in noise deviations) so that ``sum_i n_i p_inf,i <= TAIL_FRACTION x delta``.
+
+    Every step's ``P``-mass beyond ``z`` deviations is at most ``Phi(-z) <= exp(-z^2 / 2) / 2``.
+    Only tightness depends on this choice: the +inf atoms are counted in full.
+    """
+    n_total = sum(jnp.asarray(n, jnp.float64) for n in comp.counts)
+    log_tau = log_delta_est + math.log(TAIL_FRACTION) - jnp.log(n_total)
+    return jnp.clip(jnp.sqrt(2.0 * jnp.maximum(-log_tau, 0.0)), 3.0, 40.0)
+
+
+def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None) -> _Window:
+    """The tilted composed lattice law on a window around its mean (module docstring)."""
+    num_bins, lattice_size = _grid(grid, comp)
+    fft_rho = _fft_rho(num_bins)
+    t = jax.lax.stop_gradient(t)
+    z = jax.lax.stop_gradient(_tail_z(comp, log_delta_est))
+    parts = _parts(comp)
+    _, k1, k2 = jax.lax.stop_gradient(_cgf.k012(comp, direction, t))
+    sd = jnp.sqrt(jnp.maximum(k2, 1e-300))
+    ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction, z)) for m, _ in parts]
+    # the fine lattice covers the tilted law (see _fine_top); above it, up to the range of z, cells
+    # may be COARSE_FACTOR wide
+    n_total = sum(n for _, n in parts)
+    fine_tops = [
+        jnp.minimum(jax.lax.stop_gradient(_fine_top(*_mixture_of(m), direction, t, n_total)), hi)
+        for (m, _), (_, hi) in zip(parts, ranges)
+    ]
+    coarse_size = lattice_size // COARSE_SHARE
+    reach = lattice_size - 1 + COARSE_FACTOR * coarse_size  # index of the last lattice point
+    offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
+    support = sum(n * (hi - lo) for (_, n), (lo, hi) in zip(parts, ranges))  # composed lattice range
+    # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
+    spacing = jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / num_bins
+    for (lo, hi), top in zip(ranges, fine_tops):
+        spacing = jnp.maximum(spacing, jnp.maximum((hi - lo) / reach, (top - lo) / (lattice_size - 1)))
+    spacing = jnp.maximum(spacing, 1e-300)
+    width = num_bins * spacing
+    start = jnp.clip(k1 - WINDOW_SDS_BELOW * sd, offset, jnp.maximum(offset + support - width, offset))
+    j0 = jnp.floor((start - offset) / spacing)
+    ell_start = offset + j0 * spacing
+    ell_end = ell_start + num_bins * spacing
+
+    log_spec = 0.0
+    log_scale = 0.0
+    log_inf = _NEG
+    rel = 0.0
+    fft_terms = 0.0
+    sum_bound = 0.0
+    log_chernoff = 0.0
+    pow_terms = 0.0
+    s_grid = jnp.concatenate([t + _CHERNOFF_STEPS / sd, _CHERNOFF_ABS])  # any s >= 0 gives a valid bound
+    for (mech, n), (lo, hi) in zip(parts, ranges):
+        # entries summed into one window point: the folds of the fine part, plus the coarse points
+        fold = (lattice_size // num_bins if lattice_size >= num_bins else 1) + -(-reach // num_bins)
+        pmf = _step_pmf(mech, direction, lo, spacing, lattice_size, coarse_size, hi + spacing)
+        kd = pmf.index * spacing
+        tilted = pmf.log_pmf + t * kd
+        log_z = jax.nn.logsumexp(tilted)
+        v_all = jnp.exp(tilted - log_z)
+        v = v_all[:lattice_size]
+        if lattice_size >= num_bins:
+            v = v.reshape(lattice_size // num_bins, num_bins).sum(axis=0)
+        else:
+            v = jnp.zeros(num_bins).at[:lattice_size].set(v)
+        coarse_at = np.mod(_lattice_index(lattice_size, coarse_size)[lattice_size:], num_bins).astype(np.int64)
+        v = v.at[coarse_at].add(v_all[lattice_size:])
+        rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
+        total = jnp.sum(v)
+        norm2 = jnp.sqrt(jnp.sum(v * v))
+        spec = jnp.fft.rfft(v)
+        log_abs = jnp.log(jnp.abs(spec))
+        log_spec = log_spec + n * jnp.log(spec.astype(jnp.complex128))
+        fft_terms = fft_terms + n * fft_rho * norm2
+        sum_bound = sum_bound + n * jnp.log(total + fft_rho * math.sqrt(num_bins) * norm2)
+        log_scale = log_scale + n * (log_z + t * lo)
+        log_inf = jnp.logaddexp(log_inf, jnp.log(n) + pmf.log_p_inf)
+        # Chernoff on the (untilted, inflated) lattice measure: sum_i n_i K_i(s)
+        k_s = jax.nn.logsumexp(pmf.log_pmf[None, :] + s_grid[:, None] * (lo + kd)[None, :], axis=1)
+        log_chernoff = log_chernoff + n * k_s
+        pow_err = n * (jnp.abs(jnp.where(jnp.isfinite(log_abs), log_abs, 0.0)) + math.pi + 1.0)
+        pow_terms = pow_terms + pow_err
+    z = jnp.exp(log_spec)
+    y = jnp.fft.irfft(z, n=num_bins)
+    growth = jnp.maximum(1.0, jnp.exp(sum_bound))
+    pow_abs = 8 * _U * (pow_terms + 2.0) * jnp.abs(z)
+    bound = (
+        growth * fft_terms
+        + math.sqrt(2.0) * jnp.sqrt(jnp.sum(pow_abs * pow_abs)) / math.sqrt(num_bins)
+        + 1.01 * fft_rho * jnp.sqrt(jnp.sum(y * y))
+    )
+    bound = 1.01 * bound + _TINY
+    shift = jnp.mod(j0, num_bins).astype(jnp.int64)
+    y = jnp.roll(y, -shift)
+    log_y = jnp.log(jnp.maximum(y, _TINY))
+    log_tail = jnp.min(log_chernoff - s_grid * ell_end)
+    log_rest = jnp.logaddexp(log_inf, log_tail)
+    return _Window(log_y, ell_start, spacing, t, log_scale, log_rest, jnp.log1p(rel), jnp.log(bound))
+
+
+def _log_weights(win: _Window, eps):
+    """``log w_r(eps)``, ``w_r = e^{-t (l_r - eps)} (1 - e^{eps - l_r})`` for ``l_r > eps`` (``_NEG`` below)."""
+    eps = jnp.asarray(eps)
+    num_bins = win.log_y.shape[-1]
+    ell = win.ell_start + jnp.arange(num_bins, dtype=jnp.float64) * win.spacing
+    gap = ell - eps[..., None]
+    above = gap > 0
+    gap_s = jnp.where(above, gap, 1.0)
+    return jnp.where(above, -win.tilt * gap_s + jnp.log(-jnp.expm1(-gap_s)), _NEG)
+
+
+def _log_fft_term(win: _Window, log_w):
+    """Cauchy-Schwarz bound ``||w||_2 ||e||_2`` on the FFT error's share of the untilting sum (``log_w``: log w)."""
+    return win.log_fft_error + 0.5 * jax.nn.logsumexp(2.0 * log_w, axis=-1)
+
+
+def _window_log_delta(win: _Window, eps):
+    """Certified log delta at ``eps`` from the window (0 where ``eps`` is outside it)."""
+    eps = jnp.asarray(eps)
+    if eps.ndim:  # a few candidates: one fused pass each (a reduction over a 2-D array is several times slower)
+        outs = [_window_log_delta(win, e) for e in eps]
+        return jnp.stack([o[0] for o in outs]), jnp.stack([o[1] for o in outs])
+    num_bins = win.log_y.shape[-1]
+    log_w = _log_weights(win, eps)
+    log_s = jnp.logaddexp(jax.nn.logsumexp(win.log_y + log_w, axis=-1), _log_fft_term(win, log_w))
+    log_fin = win.log_scale - win.tilt * eps + log_s + win.log_rel + jnp.log1p(4 * _U * num_bins)
+    inside = (eps >= win.ell_start) & (eps < win.ell_start + (num_bins - 1) * win.spacing)
+    out = jnp.logaddexp(log_fin, win.log_rest)
+    return jnp.where(inside, jnp.minimum(out, 0.0), 0.0), log_fin
