@@ -29,6 +29,7 @@ The method in full: ``docs/calibration.md``.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import math
 from collections.abc import Callable
@@ -40,7 +41,7 @@ import numpy as np
 
 from jaxdp import accountants as _accountant
 from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
-from jaxdp.numerics import float64_scope, pytree_dataclass, to_f64
+from jaxdp.numerics import float64_scope, implicit_root, pytree_dataclass, safeguarded_newton, to_f64, with_slope
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -59,10 +60,17 @@ CERTIFY_XTOL = 2e-5  # the check stops within this (log-parameter) distance of t
 SIGMA_MIN = 0.05  # search bracket of the noise multiplier (below: every accountant overflows)
 SAMPLING_PROB_MIN = 1e-9
 
-OK = 0
-INFEASIBLE = 1  # no value in the allowed range meets the budget
-AT_LIMIT = 2  # the budget is met at the edge of the range (q = 1, steps = max_steps, sigma = SIGMA_MIN)
-NOT_CERTIFIED = 3  # the certified accountant could not confirm the budget within CERTIFY_ROUNDS
+
+class Status(enum.IntEnum):
+    """``CalibrationResult.status`` (an integer array, comparable with these)."""
+
+    OK = 0
+    INFEASIBLE = 1  # no value in the allowed range meets the budget
+    AT_LIMIT = 2  # the budget is met at the edge of the range (q = 1, steps = max_steps, sigma = SIGMA_MIN)
+    NOT_CERTIFIED = 3  # the certified accountant could not confirm the budget within CERTIFY_ROUNDS
+
+
+OK, INFEASIBLE, AT_LIMIT, NOT_CERTIFIED = Status.OK, Status.INFEASIBLE, Status.AT_LIMIT, Status.NOT_CERTIFIED
 
 _MESSAGES = {
     ("noise_multiplier", OK): "ok",
@@ -197,31 +205,6 @@ def _certify(eps_cert, x, target, max_x, nudge):
     return b, eb, i, have_b
 
 
-def _implicit(h, method, u_star, params):
-    """``u_star`` carrying the implicit derivative of the root of ``h(., method, params)``.
-
-    Implicit function theorem: ``du* / dparams = -(dh/dparams) / (dh/du)`` at the root.  A
-    custom JVP, so the forward pass costs nothing; the rule evaluates ``h`` only when a
-    derivative is asked for.
-    """
-
-    @jax.custom_jvp
-    def root(u, p):
-        del p
-        return u
-
-    @root.defjvp
-    def root_jvp(primals, tangents):
-        u, p = primals
-        _, p_dot = tangents
-        slope = jax.jvp(lambda v: h(v, method, p), (u,), (jnp.ones_like(u),))[1]
-        dh = jax.jvp(lambda pp: h(u, method, pp), (p,), (p_dot,))[1]
-        safe = jnp.isfinite(slope) & (slope != 0)
-        return u, jnp.where(safe, -dh / jnp.where(safe, slope, 1.0), 0.0)
-
-    return root(jax.lax.stop_gradient(u_star), params)
-
-
 # -- the search -----------------------------------------------------------------------------------
 
 
@@ -238,50 +221,6 @@ def _log_delta_gap(comp, target, log_delta, method):
         ld = _accountant.log_delta_of_composition(comp, target, method)
     neg = -jnp.minimum(jnp.where(jnp.isnan(ld), 0.0, ld), 0.0)
     return jnp.log(-log_delta) - jnp.log(neg)
-
-
-def _with_slope(g):
-    """``x -> (g(x), g'(x), 0)``: the form :func:`_newton` takes."""
-
-    def vsa(x):
-        value, slope = jax.jvp(g, (x,), (jnp.ones_like(x),))
-        return value, slope, jnp.zeros_like(value)
-
-    return vsa
-
-
-def _newton(vsa, lo, hi, x0, ftol, xtol=0.0, max_iterations=60):
-    """Root of a decreasing ``g`` on ``[lo, hi]``: Newton, bisection when a step leaves the bracket.
-
-    ``vsa(x)`` returns ``(g(x), g'(x), aux)``.  Stops when ``|g| <= ftol`` (here ``g`` is a log of
-    ``-log delta``: ``ftol`` is a relative accuracy of ``log delta``), when a Newton step inside
-    the bracket is at most ``xtol`` (the step is taken: Newton's error after it is of the order
-    of its square), or when the bracket is below 1e-13.  Returns ``(x, iterations, last)`` with
-    ``last = (x, g, g', aux)`` of the last evaluation.
-    """
-
-    def cond(state):
-        i, _, a, b, done, _ = state
-        return (i < max_iterations) & ~done & (b - a > 1e-13 * (1.0 + jnp.abs(a)))
-
-    def body(state):
-        i, x, a, b, _, _ = state
-        gx, dg, aux = vsa(x)
-        a = jnp.where(gx > 0, x, a)
-        b = jnp.where(gx > 0, b, x)
-        newton = x - gx / dg
-        ok = jnp.isfinite(newton) & (newton > a) & (newton < b)
-        converged = jnp.abs(gx) <= ftol
-        small = ok & (jnp.abs(newton - x) <= xtol)
-        x_new = jnp.where(converged, x, jnp.where(ok, newton, 0.5 * (a + b)))
-        return i + 1, x_new, a, b, converged | small, (x, gx, dg, aux)
-
-    x0 = jnp.clip(x0, lo, hi)
-    nan = jnp.full_like(x0, jnp.nan)
-    last = (x0, nan, nan, nan)
-    lo, hi = jnp.asarray(lo, x0.dtype), jnp.asarray(hi, x0.dtype)
-    i, x, _, _, _, last = jax.lax.while_loop(cond, body, (0, x0, lo, hi, jnp.asarray(False), last))
-    return x, i, last
 
 
 class _Root(NamedTuple):
@@ -315,13 +254,13 @@ def _solve(h, params, lo, hi, method) -> _Root:
         values, ders = jax.vmap(jvp)(jnp.array([1.0, 0.0]), jnp.array([0.0, 1.0]))
         return values[0], ders[0], ders[1]
 
-    u0, i0, _ = _newton(_with_slope(frozen(None)), lo, hi, 0.5 * (lo + hi), 1e-6)
-    u0, i0b, _ = _newton(_with_slope(frozen("saddlepoint")), lo, hi, u0, 1e-9)
-    u_star, i1, last = _newton(method_vsa, lo, hi, u0, 1e-10, METHOD_XTOL)
+    u0, i0, _ = safeguarded_newton(with_slope(frozen(None)), lo, hi, 0.5 * (lo + hi), 1e-6)
+    u0, i0b, _ = safeguarded_newton(with_slope(frozen("saddlepoint")), lo, hi, u0, 1e-9)
+    u_star, i1, last = safeguarded_newton(method_vsa, lo, hi, u0, 1e-10, METHOD_XTOL)
     edge = 1e-9 * (1.0 + jnp.abs(hi - lo))
     below = (u_star <= lo + edge) & (last[1] < 0)
     above = (u_star >= hi - edge) & (last[1] > 0)
-    return _Root(_implicit(h, method, u_star, params), i0 + i0b + i1, below, above, last)
+    return _Root(implicit_root(h, method, u_star, params), i0 + i0b + i1, below, above, last)
 
 
 def _estimate_at(u, root: _Root, target, direct):

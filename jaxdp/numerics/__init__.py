@@ -18,7 +18,14 @@ from jaxdp.numerics._logspace import (
 )
 from jaxdp.numerics._nufft import SPREAD, nufft1
 from jaxdp.numerics._pytree import pytree_dataclass
-from jaxdp.numerics._solvers import bracketed_newton, minimize_on_grid, solve_decreasing
+from jaxdp.numerics._solvers import (
+    bracketed_newton,
+    implicit_root,
+    minimize_on_grid,
+    safeguarded_newton,
+    solve_decreasing,
+    with_slope,
+)
 from jaxdp.numerics._special import log_interval, log_normal_interval, log_normal_mass, mean_factor
 
 __all__ = [
@@ -27,6 +34,7 @@ __all__ = [
     "UNIT_ROUNDOFF",
     "bracketed_newton",
     "float64_scope",
+    "implicit_root",
     "log1mexp",
     "log_interval",
     "log_ndtr",
@@ -39,7 +47,9 @@ __all__ = [
     "nan_to",
     "nufft1",
     "pytree_dataclass",
+    "safeguarded_newton",
     "solve_decreasing",
     "to_f64",
     "validate",
+    "with_slope",
 ]

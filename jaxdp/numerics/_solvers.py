@@ -15,7 +15,14 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-__all__ = ["bracketed_newton", "minimize_on_grid", "solve_decreasing"]
+__all__ = [
+    "bracketed_newton",
+    "implicit_root",
+    "minimize_on_grid",
+    "safeguarded_newton",
+    "solve_decreasing",
+    "with_slope",
+]
 
 
 def bracketed_newton(
@@ -157,3 +164,72 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     better = jnp.minimum(fc, fd) < values_sg[i]
     x_best = jnp.where(better, x_ref, grid[i])
     return f(x_best), x_best
+
+
+def safeguarded_newton(vsa, lo, hi, x0, ftol, xtol=0.0, max_iterations=60):
+    """Root of a decreasing ``g`` on ``[lo, hi]``: Newton, bisection when a step leaves the bracket.
+
+    ``vsa(x)`` returns ``(g(x), g'(x), aux)``.  Stops when ``|g| <= ftol`` (here ``g`` is a log of
+    ``-log delta``: ``ftol`` is a relative accuracy of ``log delta``), when a Newton step inside
+    the bracket is at most ``xtol`` (the step is taken: Newton's error after it is of the order
+    of its square), or when the bracket is below 1e-13.  Returns ``(x, iterations, last)`` with
+    ``last = (x, g, g', aux)`` of the last evaluation.
+    """
+
+    def cond(state):
+        i, _, a, b, done, _ = state
+        return (i < max_iterations) & ~done & (b - a > 1e-13 * (1.0 + jnp.abs(a)))
+
+    def body(state):
+        i, x, a, b, _, _ = state
+        gx, dg, aux = vsa(x)
+        a = jnp.where(gx > 0, x, a)
+        b = jnp.where(gx > 0, b, x)
+        newton = x - gx / dg
+        ok = jnp.isfinite(newton) & (newton > a) & (newton < b)
+        converged = jnp.abs(gx) <= ftol
+        small = ok & (jnp.abs(newton - x) <= xtol)
+        x_new = jnp.where(converged, x, jnp.where(ok, newton, 0.5 * (a + b)))
+        return i + 1, x_new, a, b, converged | small, (x, gx, dg, aux)
+
+    x0 = jnp.clip(x0, lo, hi)
+    nan = jnp.full_like(x0, jnp.nan)
+    last = (x0, nan, nan, nan)
+    lo, hi = jnp.asarray(lo, x0.dtype), jnp.asarray(hi, x0.dtype)
+    i, x, _, _, _, last = jax.lax.while_loop(cond, body, (0, x0, lo, hi, jnp.asarray(False), last))
+    return x, i, last
+
+
+def with_slope(g):
+    """``x -> (g(x), g'(x), 0)``: the form :func:`safeguarded_newton` takes."""
+
+    def vsa(x):
+        value, slope = jax.jvp(g, (x,), (jnp.ones_like(x),))
+        return value, slope, jnp.zeros_like(value)
+
+    return vsa
+
+
+def implicit_root(h, method, u_star, params):
+    """``u_star`` carrying the implicit derivative of the root of ``h(., method, params)``.
+
+    Implicit function theorem: ``du* / dparams = -(dh/dparams) / (dh/du)`` at the root.  A
+    custom JVP, so the forward pass costs nothing; the rule evaluates ``h`` only when a
+    derivative is asked for.
+    """
+
+    @jax.custom_jvp
+    def root(u, p):
+        del p
+        return u
+
+    @root.defjvp
+    def root_jvp(primals, tangents):
+        u, p = primals
+        _, p_dot = tangents
+        slope = jax.jvp(lambda v: h(v, method, p), (u,), (jnp.ones_like(u),))[1]
+        dh = jax.jvp(lambda pp: h(u, method, pp), (p,), (p_dot,))[1]
+        safe = jnp.isfinite(slope) & (slope != 0)
+        return u, jnp.where(safe, -dh / jnp.where(safe, slope, 1.0), 0.0)
+
+    return root(jax.lax.stop_gradient(u_star), params)
