@@ -146,7 +146,7 @@ def test_vmap_equals_the_array_call():
 
 
 def test_jit_equals_eager_and_no_recompilation():
-    from jaxdp import _calibrate
+    from jaxdp.calibration import _calibrate
 
     before = _calibrate._batch_jit._cache_size()
     a = _sigma(target=5.0, **CHEAP)

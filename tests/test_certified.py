@@ -379,7 +379,7 @@ def test_fft_error_bound_covers_the_actual_rounding_error():
 
 
 def test_laplace_is_rejected_with_a_clear_error():
-    with pytest.raises(NotImplementedError, match="supports Gaussian and mixture"):
+    with pytest.raises(ValueError, match="method='certified' does not support Laplace"):
         jaxdp.epsilon_for_delta(jaxdp.Laplace(1.0), delta=1e-5, num_steps=10, method="certified")
 
 

@@ -136,7 +136,7 @@ def test_gradients_match_finite_differences_on_reference_settings(row):
 
 def test_cost_is_independent_of_the_number_of_steps():
     """Same computation for 1e3 and 1e6 steps: one compiled function, no recompilation."""
-    from jaxdp import _accountant
+    from jaxdp.accountants import _api as _accountant
 
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
     jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=1000, method="saddlepoint")
