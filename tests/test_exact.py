@@ -79,7 +79,7 @@ def test_reference_gaussian_rows(row):
 
 
 def test_exact_rejects_non_gaussian():
-    with pytest.raises(ValueError, match="method='exact' supports only Gaussian"):
+    with pytest.raises(ValueError, match="method='exact' does not support PoissonSubsampledGaussian"):
         jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(1.0, 0.1), delta=1e-5, method="exact")
 
 
