@@ -32,7 +32,7 @@ from scipy import fft as sfft
 
 import jaxdp
 from jaxdp.accountants import _api as _accountant
-from jaxdp.accountants import _saddlepoint
+from jaxdp.accountants import _registry, _saddlepoint
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import _solvers
 
@@ -158,7 +158,7 @@ def test_tilted_variance_without_cancellation():
     assert float(got.k2) == pytest.approx(k2, rel=1e-7)
 
 
-@pytest.mark.parametrize("sigma,q,t", [(2.0, 0.2, 1e6), (2.0, 0.2, 1e7), (0.5, 0.1, 1e6), (0.8, 0.2, 1e3)])
+@pytest.mark.parametrize("sigma,q,t", [(2.0, 0.2, 1e7), (0.5, 0.1, 1e6)])
 def test_unresolved_quadrature_is_vacuous(sigma, q, t):
     """Cause 4: at extreme tilts of the add direction the rule cannot resolve the tilted law; it says so,
     and the certified bound there is vacuous instead of a wrong number."""
@@ -174,7 +174,9 @@ def test_unresolved_quadrature_is_vacuous(sigma, q, t):
 
 def test_resolution_check_passes_where_the_rule_is_accurate():
     """...and it does not fire on ordinary settings (moments against mpmath)."""
-    for sigma, q, t, direction in [(1.0, 0.01, 5.0, "remove"), (0.6, 0.2, 3.0, "add"), (2.0, 0.001, 30.0, "remove")]:
+    # (2.0, 0.2, 1e6, add) is the review's case: K'' is now a variance (no cancellation), and resolved there
+    cases = [(1.0, 0.01, 5.0, "remove"), (0.6, 0.2, 3.0, "add"), (2.0, 0.001, 30.0, "remove"), (2.0, 0.2, 1e6, "add")]
+    for sigma, q, t, direction in cases:
         m = jaxdp.PoissonSubsampledGaussian(sigma, q)
         with x64():
             got = m.checked_moments(jnp.float64(t), direction)
@@ -204,7 +206,7 @@ def test_a_nan_direction_is_not_dropped():
         assert _eps(m, 1e-5, "toy-nan-direction") == math.inf
         assert _log_delta(m, 1.0, "toy-nan-direction") == 0.0
     finally:
-        _accountant._METHODS.pop("toy-nan-direction")
+        _registry._METHODS.pop("toy-nan-direction")
 
 
 @pytest.mark.parametrize("identical", [True, False])
