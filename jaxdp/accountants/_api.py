@@ -25,7 +25,7 @@ from jaxdp.accountants._registry import (
     register_methods,
 )
 from jaxdp.mechanisms import Composition, as_composition
-from jaxdp.numerics import float64_scope, to_f64
+from jaxdp.numerics import float64_scope, nan_to, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -93,7 +93,7 @@ def log_delta_of_composition(comp: Composition, epsilon, method: str):
     info = method_info(method)
     log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, lambda i: i.log_delta), 0.0)
     if info.certified:  # a bound that could not be evaluated is the vacuous delta = 1, never NaN
-        log_delta = jnp.where(jnp.isnan(log_delta), 0.0, log_delta)
+        log_delta = nan_to(log_delta, 0.0)
     ok = comp.valid() & jnp.isfinite(epsilon) & (epsilon >= 0)
     return jnp.where(ok, log_delta, jnp.nan)
 
@@ -104,7 +104,7 @@ def epsilon_of_composition(comp: Composition, delta, method: str):
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
     eps = _worst_direction(comp, log_delta, info, lambda i: i.epsilon)
     if info.certified:  # likewise the vacuous epsilon = inf
-        eps = jnp.where(jnp.isnan(eps), jnp.inf, eps)
+        eps = nan_to(eps, jnp.inf)
     return jnp.where(ok, eps, jnp.nan)
 
 

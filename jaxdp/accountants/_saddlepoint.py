@@ -27,7 +27,7 @@ from jaxdp.accountants._cgf import (
 )
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
-from jaxdp.numerics import log1mexp, solve_decreasing
+from jaxdp.numerics import log1mexp, nan_to, solve_decreasing
 
 __all__ = [
     "SaddlePointResult",
@@ -97,7 +97,7 @@ def certified_log_delta_at(comp, direction, t, epsilon):
     non-finite gives the vacuous ``log delta = 0``.
     """
     _, upper = _certified_upper(comp, direction, t, epsilon)
-    upper = jnp.where(jnp.isnan(upper), 0.0, jnp.minimum(upper, 0.0))
+    upper = nan_to(jnp.minimum(upper, 0.0), 0.0)
     return jnp.minimum(upper, pure_dp_log_delta(comp, direction, epsilon))
 
 

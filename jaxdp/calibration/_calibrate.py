@@ -41,7 +41,15 @@ import numpy as np
 
 from jaxdp import accountants as _accountant
 from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
-from jaxdp.numerics import float64_scope, implicit_root, pytree_dataclass, safeguarded_newton, to_f64, with_slope
+from jaxdp.numerics import (
+    float64_scope,
+    implicit_root,
+    nan_to,
+    pytree_dataclass,
+    safeguarded_newton,
+    to_f64,
+    with_slope,
+)
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -151,7 +159,7 @@ def _epsilon(mechanism, num_steps, delta, method):
     """Epsilon of the composition (pure, traceable); NaN (overflow) is read as +inf."""
     comp = to_f64(as_composition(mechanism, num_steps))
     eps = _accountant.epsilon_of_composition(comp, delta, method)
-    return jnp.where(jnp.isnan(eps), jnp.inf, eps)
+    return nan_to(eps, jnp.inf)
 
 
 def _log_gap(eps, target):
@@ -219,7 +227,7 @@ def _log_delta_gap(comp, target, log_delta, method):
         ld = _accountant.log_delta_gaussian(jnp.sqrt(jnp.maximum(comp.gaussian_mu2(), 1e-300)), target)
     else:
         ld = _accountant.log_delta_of_composition(comp, target, method)
-    neg = -jnp.minimum(jnp.where(jnp.isnan(ld), 0.0, ld), 0.0)
+    neg = -jnp.minimum(nan_to(ld, 0.0), 0.0)
     return jnp.log(-log_delta) - jnp.log(neg)
 
 

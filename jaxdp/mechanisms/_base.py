@@ -34,7 +34,7 @@ import jax.numpy as jnp
 from jaxdp.mechanisms._quadrature import (
     CheckedMoments,
 )
-from jaxdp.numerics import float64_scope
+from jaxdp.numerics import float64_scope, nan_to
 from jaxdp.numerics import validate as _validate
 
 
@@ -161,7 +161,7 @@ class AbstractMechanism:
     def cgf_upper(self, t, direction: str = "remove"):
         """An upper bound on the real ``K(t)`` for certified use: ``+inf`` where it cannot be trusted."""
         k = self.cgf(t, direction)
-        return jnp.where(jnp.isnan(k), jnp.inf, k)
+        return nan_to(k, jnp.inf)
 
     def max_privacy_loss(self, direction: str = "remove"):
         """The largest value of the privacy loss under ``P`` (``+inf`` if unbounded): an ``eps`` with delta 0."""

@@ -15,6 +15,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxdp.numerics._logspace import nan_to
+
 __all__ = [
     "bracketed_newton",
     "implicit_root",
@@ -130,7 +132,7 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     """
     values = jax.vmap(f)(grid)
     values_sg = jax.lax.stop_gradient(values)
-    values_sg = jnp.where(jnp.isnan(values_sg), jnp.inf, values_sg)
+    values_sg = nan_to(values_sg, jnp.inf)
     i = jnp.argmin(values_sg)
     n = grid.shape[0]
     a = grid[jnp.maximum(i - 1, 0)]
@@ -139,7 +141,7 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
 
     def fs(x):
         v = jax.lax.stop_gradient(f(x))
-        return jnp.where(jnp.isnan(v), jnp.inf, v)
+        return nan_to(v, jnp.inf)
 
     def body(_, state):
         a, b, c, d, fc, fd = state

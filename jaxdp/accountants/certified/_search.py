@@ -71,9 +71,9 @@ def certified_terms(comp: Composition, direction: str, epsilon, grid=None) -> Ce
     sp = _saddlepoint.saddlepoint_terms(comp, direction, epsilon)
     win = _build_window(comp, direction, sp.saddle_point, sp.log_delta, grid)
     log_delta, log_fin = _window_log_delta(win, epsilon)
-    log_delta = jnp.where(jnp.isnan(log_delta), 0.0, log_delta)
+    log_delta = nan_to(log_delta, 0.0)
     best = jnp.minimum(log_delta, sp.log_delta_upper)  # (the latter includes the pure-DP bound)
-    best = jnp.where(jnp.isnan(best), 0.0, best)
+    best = nan_to(best, 0.0)
     upper = jax.lax.cond(
         best < 0.0,
         lambda b: b,
