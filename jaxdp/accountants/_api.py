@@ -25,7 +25,7 @@ from jaxdp.accountants._registry import (
     register_methods,
 )
 from jaxdp.mechanisms import Composition, as_composition
-from jaxdp.numerics import float64_scope, nan_to, to_f64
+from jaxdp.numerics import float64_entry, nan_to, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -112,7 +112,7 @@ _log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method",))
 _epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method",))
 
 
-@float64_scope
+@float64_entry
 def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
     """Natural log of :func:`delta_for_epsilon` (finite down to delta ~ 1e-300 and below).
 
@@ -127,7 +127,7 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp
     return _log_delta_jit(comp, jnp.asarray(epsilon, jnp.float64), method=info.name)
 
 
-@float64_scope
+@float64_entry
 def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
     """delta such that ``num_steps`` runs of ``mechanism`` are (epsilon, delta)-DP.
 
@@ -160,7 +160,7 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
     return jnp.exp(log_delta_for_epsilon(mechanism, epsilon=epsilon, num_steps=num_steps, method=method))
 
 
-@float64_scope
+@float64_entry
 def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str = "rdp"):
     """Smallest epsilon such that ``num_steps`` runs are (epsilon, delta)-DP.
 
@@ -205,7 +205,7 @@ def _renyi_impl(comp: Composition, orders):
 _renyi_jit = jax.jit(_renyi_impl)
 
 
-@float64_scope
+@float64_entry
 def renyi_dp(mechanism, *, orders, num_steps=1):
     """Rényi-DP curve ``r(alpha)`` of the composition at real orders ``alpha > 1``.
 

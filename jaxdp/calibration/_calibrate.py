@@ -42,6 +42,10 @@ import numpy as np
 from jaxdp import accountants as _accountant
 from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
 from jaxdp.numerics import (
+    DOWN,
+    NEAREST,
+    UP,
+    float64_entry,
     float64_scope,
     implicit_root,
     nan_to,
@@ -150,6 +154,20 @@ class CalibrationResult:
             return _MESSAGES[(self.solved_for, int(code))]
 
         return one(codes) if codes.ndim == 0 else [one(c) for c in codes.ravel()]
+
+
+def _rounding(result: CalibrationResult) -> CalibrationResult:
+    """Float32 rounding of a result traced with x64 off: sigma up, q and steps down, the certified epsilon up."""
+    return dataclasses.replace(
+        result,
+        noise_multiplier=UP,
+        sampling_prob=DOWN,
+        num_steps=DOWN,
+        epsilon_estimate=NEAREST,
+        epsilon_certified=UP,
+        iterations=NEAREST,
+        status=NEAREST,
+    )
 
 
 # -- the pieces -----------------------------------------------------------------------------------
@@ -385,7 +403,7 @@ def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, c
     return sigma, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
 
 
-@float64_scope
+@float64_entry(rounding=_rounding)
 def calibrate_noise_multiplier(
     *,
     target_epsilon,
@@ -479,7 +497,7 @@ def _q_core(target, delta, sigma, num_steps, *, method, certify):
     return q, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
 
 
-@float64_scope
+@float64_entry(rounding=_rounding)
 def calibrate_sampling_prob(
     *,
     target_epsilon,
@@ -578,7 +596,7 @@ def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
     return n, eps_e, eps_c, root.iterations + rounds, _status(infeasible, ok, at_max)
 
 
-@float64_scope
+@float64_entry(rounding=_rounding)
 def calibrate_num_steps(
     *,
     target_epsilon,

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.mechanisms._log_ratio import component_posterior, mixture_log_ratio
-from jaxdp.numerics import LOG_2PI, logsumexp
+from jaxdp.numerics import LOG_2PI, argmax, logsumexp
 
 __all__ = [
     "HALF_WIDTH",
@@ -68,7 +68,7 @@ def _mode(lr, log_p, b):
     hi = jnp.max(centres)
     grid = jnp.linspace(lo, hi, _SCAN_POINTS)
     g = lr * _log_ratio(grid, log_p, b) - 0.5 * grid * grid
-    z0 = grid[jnp.argmax(g)]
+    z0 = grid[argmax(g)]
     spacing = (hi - lo) / (_SCAN_POINTS - 1)
 
     def mm(_, z):

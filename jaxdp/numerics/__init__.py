@@ -5,9 +5,12 @@ package may use it (see the "Architecture" section of the README).
 """
 
 from jaxdp.numerics import _validate as validate
+from jaxdp.numerics._boundary import DOWN, NEAREST, UP, float64_entry, x64_enabled
 from jaxdp.numerics._logspace import (
     LOG_2PI,
     UNIT_ROUNDOFF,
+    argmax,
+    argmin,
     float64_scope,
     log1mexp,
     log_ndtr,
@@ -29,10 +32,16 @@ from jaxdp.numerics._solvers import (
 from jaxdp.numerics._special import log_interval, log_normal_interval, log_normal_mass, mean_factor
 
 __all__ = [
+    "DOWN",
     "LOG_2PI",
+    "NEAREST",
     "SPREAD",
     "UNIT_ROUNDOFF",
+    "UP",
+    "argmax",
+    "argmin",
     "bracketed_newton",
+    "float64_entry",
     "float64_scope",
     "implicit_root",
     "log1mexp",
@@ -52,4 +61,5 @@ __all__ = [
     "to_f64",
     "validate",
     "with_slope",
+    "x64_enabled",
 ]

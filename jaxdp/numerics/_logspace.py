@@ -20,6 +20,8 @@ from jax.scipy.special import log_ndtr as _jax_log_ndtr
 __all__ = [
     "LOG_2PI",
     "UNIT_ROUNDOFF",
+    "argmax",
+    "argmin",
     "float64_scope",
     "log1mexp",
     "log_ndtr",
@@ -106,3 +108,28 @@ def logsumexp(x, axis=-1):
 def nan_to(x, value):
     """``x`` where it is a number, ``value`` where it is NaN (a bound that could not be evaluated)."""
     return jnp.where(jnp.isnan(x), value, x)
+
+
+def argmax(x, axis: int = -1):
+    """``jnp.argmax`` (first index of the largest; a NaN counts as the largest), int32.
+
+    ``jnp.argmax``'s lowering builds its reduction's initial value in the dtype
+    that JAX's x64 flag allows *when the program is lowered*; a float64 operand
+    recorded inside :func:`float64_scope` but lowered by a user's ``jax.jit``
+    with x64 off then fails to compile.  This version lowers to plain
+    reductions, which carry their operand's dtype.
+    """
+    x = jnp.asarray(x)
+    axis = axis % max(x.ndim, 1)
+    m = jnp.max(x, axis=axis, keepdims=True)
+    hit = (x == m) | (jnp.isnan(x) & jnp.isnan(m)) if jnp.issubdtype(x.dtype, jnp.inexact) else x == m
+    idx = jax.lax.broadcasted_iota(jnp.int32, x.shape, axis)
+    return jnp.min(jnp.where(hit, idx, x.shape[axis]), axis=axis)
+
+
+def argmin(x, axis: int = -1):
+    """``jnp.argmin`` (first index of the smallest; a NaN counts as the smallest), int32; see :func:`argmax`."""
+    x = jnp.asarray(x)
+    if jnp.issubdtype(x.dtype, jnp.bool_):
+        return argmax(~x, axis)
+    return argmax(-x, axis)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdp.numerics._logspace import nan_to
+from jaxdp.numerics._logspace import argmin, nan_to
 
 __all__ = [
     "bracketed_newton",
@@ -133,7 +133,7 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     values = jax.vmap(f)(grid)
     values_sg = jax.lax.stop_gradient(values)
     values_sg = nan_to(values_sg, jnp.inf)
-    i = jnp.argmin(values_sg)
+    i = argmin(values_sg)
     n = grid.shape[0]
     a = grid[jnp.maximum(i - 1, 0)]
     b = grid[jnp.minimum(i + 1, n - 1)]

@@ -35,7 +35,7 @@ from jaxdp.accountants.certified._window import (
     _window_log_delta,
 )
 from jaxdp.mechanisms import Composition, Gaussian, MixtureMechanism
-from jaxdp.numerics import log_sub_exp, nan_to
+from jaxdp.numerics import argmax, argmin, log_sub_exp, nan_to
 
 __all__ = ["METHODS", "CertifiedResult", "certified_terms", "epsilon_certified", "log_delta_certified"]
 
@@ -145,7 +145,7 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
     cands = jnp.concatenate([jnp.zeros(1), cands])
     log_ds, _ = _window_log_delta(win, cands)
     passed = log_ds <= log_delta
-    first = jnp.argmax(passed)
+    first = argmax(passed)
     ok = passed[0] | (jnp.any(passed) & found)
     return jnp.where(ok, cands[first], jnp.inf)
 
@@ -177,7 +177,7 @@ def epsilon_certified(comp, direction, log_delta, grid=None):
             lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta, scan_grid), log_delta, eps_ref),
             tilts,
         )
-        best = jnp.argmin(eps)
+        best = argmin(eps)
         return jnp.where(jnp.isfinite(eps[best]), solve(tilts[best], eps_ref), jnp.inf)
 
     def never(_):
