@@ -108,6 +108,26 @@ def test_no_private_attribute_of_another_module(path):
     assert not bad
 
 
+# primitives whose lowering builds constants in the dtype the x64 flag allows at *lowering* time: a
+# float64 operand recorded in the x64 scope but lowered by a user's x64-off jax.jit fails to compile
+# (jaxdp.numerics.argmax/argmin lower to plain reductions instead)
+X64_UNSAFE_CALLS = {"argmax", "argmin", "nanargmax", "nanargmin"}
+
+
+@pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_primitive_whose_lowering_depends_on_the_x64_flag(path):
+    tree = ast.parse(path.read_text())
+    bad = [
+        f"{path.relative_to(ROOT)}:{n.lineno} {n.value.id}.{n.attr}"
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute)
+        and isinstance(n.value, ast.Name)
+        and n.value.id in {"jnp", "lax"}
+        and n.attr in X64_UNSAFE_CALLS
+    ]
+    assert not bad
+
+
 def test_every_method_declares_its_support():
     for name in jaxdp.available_methods():
         info = jaxdp.method_info(name)
@@ -179,8 +199,9 @@ def test_third_party_accountant_through_register_method(toy_method):
         jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(1.0, 0.01), delta=1e-5, method=toy_method)
     g = jax.grad(lambda s: jaxdp.epsilon_for_delta(jaxdp.Gaussian(s), delta=1e-5, num_steps=100, method=toy_method))
     assert float(g(2.0)) < 0
-    sig = jnp.array([1.5, 2.0, 3.0])
-    batched = jax.vmap(lambda s: jaxdp.epsilon_for_delta(jaxdp.Gaussian(s), delta=1e-5, method=toy_method))(sig)
+    with jax.enable_x64(True):  # float64 inputs (x64 off, traced values come back as float32: test_user_mode)
+        sig = jnp.array([1.5, 2.0, 3.0])
+        batched = jax.vmap(lambda s: jaxdp.epsilon_for_delta(jaxdp.Gaussian(s), delta=1e-5, method=toy_method))(sig)
     looped = [float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(float(s)), delta=1e-5, method=toy_method)) for s in sig]
     assert [float(b) for b in batched] == pytest.approx(looped, rel=1e-12)
 

@@ -220,7 +220,7 @@ def renyi_dp(mechanism, *, orders, num_steps=1):
     orders_arr = jnp.atleast_1d(jnp.asarray(orders, jnp.float64))
     if _validate.is_concrete(orders):
         _validate.finite("orders", orders)
-        if not bool(jnp.all(orders_arr > 1)):
+        if not np.all(np.asarray(orders, np.float64) > 1):  # (numpy: this may run inside a trace)
             raise ValueError(f"orders must all be > 1, got {orders!r}.")
     _validate.num_steps("num_steps", num_steps)
     comp = to_f64(as_composition(mechanism, num_steps))

@@ -734,6 +734,13 @@ def calibrate(
     """
     import optax
 
+    for name, value in [("target_epsilon", target_epsilon), ("delta", delta), ("sampling_prob", sampling_prob),
+                        ("num_steps", num_steps)]:
+        if isinstance(value, jax.core.Tracer):
+            raise ValueError(
+                f"calibrate() runs an optimisation loop on the host and cannot be traced ({name} is a tracer): "
+                "call it outside jax.jit/vmap/grad, or use calibrate_noise_multiplier, which is traceable."
+            )
     _validate.positive("target_epsilon", target_epsilon)
     _validate.open_unit("delta", delta)
     _validate.probability("sampling_prob", sampling_prob)

@@ -1,0 +1,248 @@
+"""The public entry points inside users' own transformations, with JAX's default x64 off.
+
+Each case runs in a fresh subprocess with ``JAX_ENABLE_X64`` unset (JAX's default, as a
+Flax/optax user runs), under every transformation a user applies: ``jit``, ``vmap``,
+``grad``, ``jit(vmap)``, ``jit(grad)``, ``vmap(grad)``, and the already-traced orders
+``vmap(jit)`` and ``grad(jit)``.  The reference is a second subprocess with x64 on,
+evaluated eagerly at the same (float32-rounded) inputs, with central differences in float64
+for the gradients -- an independent check of the boundary's Jacobian.
+
+Traced with x64 off, a result comes back as float32 rounded in the safe direction (an
+epsilon or delta upwards), so values agree to float32 rounding and bounds stay bounds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+SIGMAS = [1.1, 1.3]
+QS = [0.01, 0.02]
+STEPS = 1000
+DELTA = 1e-5
+EPSILON = 2.0
+
+# the compile time of the heavy accountants is ~30-60 s per program on two cores: the default run
+# covers a cross-section, the whole matrix runs under -m slow
+CHEAP = ("rdp", "saddlepoint", "exact")
+ALL_TRANSFORMS = ("jit", "vmap", "grad", "jit_vmap", "jit_grad", "vmap_grad", "vmap_jit", "grad_jit")
+
+USER_SCRIPT = r"""
+import json, sys
+import jax, jax.numpy as jnp
+import jaxdp
+
+case = json.loads(sys.argv[1])
+assert not jax.config.jax_enable_x64
+kind, method, transforms = case["kind"], case["method"], case["transforms"]
+
+def _mechanism(s, q):  # (no arithmetic on the user's float32 inputs before they reach jaxdp)
+    if method == "exact":  # Gaussian: q only enters through a second, plain Gaussian
+        return jaxdp.Composition.of((jaxdp.Gaussian(s), 5), (jaxdp.Gaussian(q), 1)), case["steps"] // 1000
+    return jaxdp.PoissonSubsampledGaussian(s, q), case["steps"]
+
+def f(s, q):
+    if kind == "epsilon":
+        m, n = _mechanism(s, q)
+        return jaxdp.epsilon_for_delta(m, num_steps=n, delta=case["delta"], method=method)
+    if kind == "delta":
+        m, n = _mechanism(s, q)
+        return jaxdp.log_delta_for_epsilon(m, num_steps=n, epsilon=case["epsilon"], method=method)
+    if kind == "renyi":
+        return jaxdp.renyi_dp(jaxdp.PoissonSubsampledGaussian(s, q), orders=8.0, num_steps=case["steps"])
+    if kind == "calibrate_sigma":
+        r = jaxdp.calibrate_noise_multiplier(target_epsilon=s, delta=case["delta"], sampling_prob=q,
+                                             num_steps=case["steps"], method=method, certify=case["certify"])
+        return r.noise_multiplier
+    if kind == "calibrate_q":
+        r = jaxdp.calibrate_sampling_prob(target_epsilon=s, delta=case["delta"], noise_multiplier=q,
+                                          num_steps=case["steps"], method=method, certify=case["certify"])
+        return r.sampling_prob
+    if kind == "calibrate_steps":
+        r = jaxdp.calibrate_num_steps(target_epsilon=s, delta=case["delta"], noise_multiplier=q,
+                                      sampling_prob=0.01, max_steps=100_000, method=method, certify=case["certify"])
+        return r.num_steps
+    raise ValueError(kind)
+
+s0, q0 = jnp.float32(case["s"][0]), jnp.float32(case["q"][0])
+S, Q = jnp.asarray(case["s"], jnp.float32), jnp.asarray(case["q"], jnp.float32)
+runs = {
+    "jit": lambda: jax.jit(f)(s0, q0),
+    "vmap": lambda: jax.vmap(f)(S, Q),
+    "grad": lambda: jnp.stack(jax.grad(f, argnums=(0, 1))(s0, q0)),
+    "jit_vmap": lambda: jax.jit(jax.vmap(f))(S, Q),
+    "jit_grad": lambda: jnp.stack(jax.jit(jax.grad(f, argnums=(0, 1)))(s0, q0)),
+    "vmap_grad": lambda: jnp.stack(jax.vmap(jax.grad(f, argnums=(0, 1)))(S, Q), axis=-1),
+    "vmap_jit": lambda: jax.vmap(jax.jit(f))(S, Q),
+    "grad_jit": lambda: jnp.stack(jax.grad(jax.jit(f), argnums=(0, 1))(s0, q0)),
+}
+out = {}
+for name in transforms:
+    try:
+        r = runs[name]()
+        out[name] = {"value": jnp.asarray(r).tolist(), "dtype": str(jnp.asarray(r).dtype)}
+    except Exception as e:  # reported, and the test fails naming the cell
+        out[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"}
+print(json.dumps(out))
+"""
+
+REFERENCE_SCRIPT = USER_SCRIPT.replace("assert not jax.config.jax_enable_x64", "assert jax.config.jax_enable_x64")
+REFERENCE_SCRIPT = REFERENCE_SCRIPT[: REFERENCE_SCRIPT.index("s0, q0 =")] + r"""
+import numpy as np
+f32 = lambda v: float(np.float32(v))  # the inputs the float32 user passes
+vals, grads = [], []
+for s, q in zip(case["s"], case["q"]):
+    s, q = f32(s), f32(q)
+    vals.append(float(f(jnp.float64(s), jnp.float64(q))))
+    if case["grad_reference"] == "autodiff":  # a lattice bound: compare with x64-on jax.grad
+        g = [float(v) for v in jax.grad(f, argnums=(0, 1))(jnp.float64(s), jnp.float64(q))]
+    else:  # central differences in float64
+        g = []
+        for hs, hq in [(1e-6 * s, 0.0), (0.0, 1e-6 * q)]:
+            h = hs + hq
+            g.append((float(f(jnp.float64(s + hs), jnp.float64(q + hq)))
+                      - float(f(jnp.float64(s - hs), jnp.float64(q - hq)))) / (2 * h))
+    grads.append(g)
+print(json.dumps({"values": vals, "grads": grads}))
+"""
+
+
+def _subprocess(script, case, x64):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    env["JAX_PLATFORMS"] = "cpu"
+    if x64:
+        env["JAX_ENABLE_X64"] = "1"
+    out = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(case)], env=env, capture_output=True, text=True, timeout=1800
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _check(case, rtol_value=2e-6, rtol_grad=2e-4):
+    got = _subprocess(USER_SCRIPT, case, x64=False)
+    ref = _subprocess(REFERENCE_SCRIPT, case, x64=True)
+    values, grads = np.array(ref["values"]), np.array(ref["grads"])
+    failures = {k: v["error"] for k, v in got.items() if "error" in v}
+    assert not failures, failures
+    for name, cell in got.items():
+        assert cell["dtype"] == "float32", (name, cell)
+        value = np.array(cell["value"])
+        if "grad" in name:
+            want = grads if name == "vmap_grad" else grads[0]
+            np.testing.assert_allclose(value, want, rtol=rtol_grad, atol=1e-6, err_msg=name)
+        else:
+            want = values if value.ndim else values[0]
+            np.testing.assert_allclose(value, want, rtol=rtol_value, err_msg=name)
+            if case["kind"] in ("epsilon", "delta", "renyi"):  # upper bounds round upwards
+                assert np.all(value >= want - 1e-12 * np.abs(want)), (name, value, want)
+
+
+def _case(kind, method, transforms=ALL_TRANSFORMS, **kw):
+    return {
+        "kind": kind,
+        "method": method,
+        "transforms": list(transforms),
+        "s": SIGMAS,
+        "q": QS,
+        "steps": STEPS,
+        "delta": DELTA,
+        "epsilon": EPSILON,
+        "certify": None,
+        "grad_reference": "autodiff" if method.startswith("certified") else "finite_differences",
+        **kw,
+    }
+
+
+# the default run: every transformation for one cheap method, a cross-section for the rest
+DEFAULT_CELLS = {
+    ("epsilon", "saddlepoint"): ("jit", "vmap_jit", "jit_grad", "vmap_grad"),
+    ("delta", "rdp"): ("jit_grad",),
+    ("epsilon", "exact"): ("jit",),
+    ("delta", "exact"): ("jit_grad",),
+}
+
+
+@pytest.mark.parametrize(("kind", "method"), list(DEFAULT_CELLS))
+def test_cheap_accountants_under_user_transformations(kind, method):
+    extra = {"q": [3.0, 4.0]} if method == "exact" else {}
+    _check(_case(kind, method, transforms=DEFAULT_CELLS[(kind, method)], **extra))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", CHEAP)
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_cheap_accountants_under_every_transformation(kind, method):
+    _check(_case(kind, method, **({"q": [3.0, 4.0]} if method == "exact" else {})))
+
+
+def test_renyi_dp_under_user_transformations():
+    _check(_case("renyi", "rdp", transforms=("jit", "vmap_grad")))
+
+
+@pytest.mark.slow
+def test_renyi_dp_under_every_transformation():
+    _check(_case("renyi", "rdp"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["characteristic", "certified-fast"])
+def test_heavy_accountants_under_jit_of_grad(method):
+    _check(_case("epsilon", method, transforms=("jit_grad",)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "method", ["characteristic", "characteristic-real", "certified", "certified-fast", "saddlepoint-certified"]
+)
+@pytest.mark.parametrize("kind", ["epsilon", "delta"])
+def test_heavy_accountants_under_every_transformation(kind, method):
+    _check(_case(kind, method))
+
+
+def _calibration_case(kind, method, **kw):
+    # s is the target epsilon; q the sampling rate (noise calibration) or the noise multiplier
+    q = QS if kind == "calibrate_sigma" else [1.5, 2.0]
+    return _case(kind, method, s=[2.0, 3.0], q=q, **kw)
+
+
+@pytest.mark.parametrize("kind", ["calibrate_sigma", pytest.param("calibrate_q", marks=pytest.mark.slow)])
+def test_calibrators_under_jit_and_grad(kind):
+    case = _calibration_case(kind, "saddlepoint", transforms=("jit_grad",))
+    _check(case, rtol_value=5e-6, rtol_grad=2e-3)
+
+
+@pytest.mark.slow
+def test_calibrate_num_steps_under_jit_and_vmap():  # a whole number: no derivative
+    _check(_calibration_case("calibrate_steps", "saddlepoint", transforms=("jit",)), rtol_value=0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["calibrate_sigma", "calibrate_q"])
+def test_calibrators_with_defaults_under_every_transformation(kind):
+    case = _calibration_case(kind, "characteristic", certify="certified-fast")
+    _check(case, rtol_value=5e-6, rtol_grad=2e-3)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [
+        [3.0, 1.0, 3.0, -2.0],  # ties: the first
+        [1.0, np.nan, 5.0, np.nan],  # NaN counts as the extreme, the first one
+        [-np.inf, -np.inf],
+        [True, False, True],
+        [[1.0, 7.0, 7.0], [9.0, 2.0, 9.0]],
+    ],
+)
+def test_argmax_argmin_match_numpy(x):
+    from jaxdp.numerics import argmax, argmin
+
+    x = np.asarray(x)
+    for axis in range(x.ndim):
+        np.testing.assert_array_equal(argmax(x, axis=axis), np.argmax(x, axis=axis))
+        np.testing.assert_array_equal(argmin(x, axis=axis), np.argmin(x, axis=axis))
