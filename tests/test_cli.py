@@ -42,10 +42,14 @@ def test_human_report(capsys):
 
 def test_laplace_and_group(capsys):
     out = _json(capsys, "epsilon --sigma 2 --steps 10 --delta 1e-6 --mechanism laplace --json".split())
-    assert 0 < out["epsilon"] <= 5.0 + 1e-9  # never worse than basic composition 10 * (1/2)
+    # at most basic composition 10 * (1/2); at least dp_accounting 0.6.0's PLD value 4.998978 (Laplace(2) x 10,
+    # delta = 1e-6, value_discretization_interval = 1e-4; its own error is below that interval)
+    assert 4.998978 - 1e-4 <= out["epsilon"] <= 5.0 + 1e-9
     argv = "epsilon --sigma 1 --q 0.01 --steps 2000 --delta 1e-6 --group-size 2 --method rdp --json"
     out = _json(capsys, argv.split())
-    assert out["group_size"] == 2 and out["epsilon"] > 6.43
+    # Renyi DP is an upper bound: at least the reference oracle's 6.4325867 (group_cifar_sigma1, k = 2, in
+    # reference_values.py; dp_accounting PLD 6.4326), and at most the few percent RDP is known to lose here
+    assert out["group_size"] == 2 and 6.4325867 - 1e-4 <= out["epsilon"] <= 1.10 * 6.4325867
 
 
 def test_methods_listing(capsys):

@@ -139,7 +139,9 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
       method: accountant, one of :func:`available_methods`.
 
     Returns:
-      A float64 scalar in ``[0, 1]``; NaN when traced inputs are out of range.
+      A float64 scalar in ``[0, 1]``; NaN when traced inputs are out of range.  Traced
+      inside your ``jit``/``vmap``/``grad`` with x64 off: float32, rounded upwards (the
+      computation is float64 either way; see "Float64" in the README).
 
     Raises:
       ValueError: for out-of-range concrete arguments or an unknown method.
@@ -171,7 +173,8 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str = "rdp"):
       method: accountant, one of :func:`available_methods`.
 
     Returns:
-      A float64 scalar ``>= 0``; NaN when traced inputs are out of range.
+      A float64 scalar ``>= 0``; NaN when traced inputs are out of range.  Traced
+      inside your ``jit``/``vmap``/``grad`` with x64 off: float32, rounded upwards.
 
     Raises:
       ValueError: for out-of-range concrete arguments or an unknown method.
