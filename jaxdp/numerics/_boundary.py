@@ -101,7 +101,6 @@ def float64_entry(fn=None, *, rounding=UP):
         directions = rounding if callable(rounding) else (lambda out: jax.tree.map(lambda _: rounding, out))
         return _boundary(call, tuple(jnp.asarray(x) for x, d in zip(leaves, dynamic) if d), directions)
 
-    wrapper._float64_entry = True
     return wrapper
 
 
