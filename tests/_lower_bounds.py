@@ -44,6 +44,8 @@ def _binomial_weights(n: int, q: float):
     hi = min(n, math.ceil(mean + 40 * sd + 60))
     k = np.arange(lo, hi + 1, dtype=np.float64)
     logw = stats.binom.logpmf(k, n, q)
+    # scipy's logpmf is off by ~1e-8 (relative) for n ~ 1e7, and may sum above one: scaled back to one at most
+    logw = logw - max(float(special.logsumexp(logw)), 0.0)
     keep = logw > logw.max() - 700
     tails = [_log_sum(logw[~keep])]
     if lo > 0:

@@ -227,7 +227,11 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
         + 1.01 * err_qm[1:-1]
         + 2.02 * eta[:-1] * jnp.exp(width)
     )
-    lr = jnp.clip(jnp.where(cells_p > _NEG, cells_q - cells_p + left - err_lr, 0.0), -width, 0.0)
+    # a Q-mass at the floor _NEG was raised to it (its true value is smaller): only lr >= -width is known there
+    # (every loss of the cell is at most l_{k+1}), which sends the whole cell up
+    q_known = cells_q > _NEG
+    lr = jnp.where(cells_p > _NEG, jnp.where(q_known, cells_q - cells_p + left - err_lr, -width), 0.0)
+    lr = jnp.clip(lr, -width, 0.0)
     # share of the lower point, f = (e^lr - e^-w) / (1 - e^-w) (w the cell width), lowered by its rounding
     xa = lr + width
     f = jnp.where(xa > 0, jnp.expm1(jnp.where(xa > 0, xa, 1.0)) / jnp.expm1(width), 0.0)
