@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.mechanisms import Composition, MixtureMechanism, component_posterior, mixture_rule
+from jaxdp.mechanisms import Composition, MixtureMechanism, component_posterior, mixture_rule, scan_stack
 from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing
 
 LOG_T_LO = math.log(1e-6)
@@ -133,21 +133,40 @@ def mixture_nodes(mech: MixtureMechanism, direction: str, t) -> MixtureNodes:
     return MixtureNodes(ell - mean, mean, log_c, s_res)
 
 
+#: ``line_nodes``'s entry for a stacked part: its nodes are rebuilt segment by segment in ``composed_log_phi``
+STACKED = "stacked"
+
+
 def line_nodes(comp: Composition, direction: str, t):
-    """Per-mechanism nodes (``None`` where the CGF has a closed form) and the smallest ``s_res``."""
-    nodes = [mixture_nodes(m, direction, t) if isinstance(m, MixtureMechanism) else None for m in comp.mechanisms]
-    s_res = jnp.inf
-    for nd in nodes:
-        if nd is not None:
+    """Per-part nodes (``None`` where the CGF has a closed form, ``STACKED`` for a stack) and the smallest
+    ``s_res``."""
+    nodes, s_res = [], jnp.inf
+    for m, n in zip(comp.mechanisms, comp.counts):
+        if not isinstance(m, MixtureMechanism):
+            nodes.append(None)
+        elif jnp.ndim(n) == 1:
+            nodes.append(STACKED)
+            s_res = scan_stack(lambda acc, mi, _: jnp.minimum(acc, mixture_nodes(mi, direction, t).s_res), s_res, m, n)
+        else:
+            nd = mixture_nodes(m, direction, t)
+            nodes.append(nd)
             s_res = jnp.minimum(s_res, nd.s_res)
     return nodes, s_res
 
 
 def composed_log_phi(comp: Composition, direction: str, t, nodes, ds):
     """``sum_i n_i log E_t[exp(i s L_i)]`` at ``s = k ds`` (composition adds the per-step terms)."""
-    log_phi = 0.0
+    log_phi = jnp.zeros(NUM_NODES, jnp.complex128)
     for m, n, nd in zip(comp.mechanisms, comp.counts, nodes):
-        log_phi = log_phi + jnp.asarray(n, jnp.float64) * tilted_log_phi(m, direction, t, nd, ds)
+        if jnp.ndim(n) == 1:
+
+            def body(acc, mi, ni, nd=nd):
+                ndi = mixture_nodes(mi, direction, t) if nd is STACKED else None
+                return acc + ni * tilted_log_phi(mi, direction, t, ndi, ds)
+
+            log_phi = scan_stack(body, log_phi, m, n)
+        else:
+            log_phi = log_phi + jnp.asarray(n, jnp.float64) * tilted_log_phi(m, direction, t, nd, ds)
     return log_phi
 
 
@@ -158,5 +177,3 @@ def tilted_log_phi(mech, direction, t, nodes, ds):
         return mech.cgf(t + 1j * s, direction) - mech.cgf(t, direction)
     phi = nufft1(ds * nodes.ell, jnp.exp(nodes.log_c), NUM_NODES)
     return jnp.log(phi) + 1j * s * nodes.mean
-
-

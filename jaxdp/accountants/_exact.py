@@ -35,7 +35,7 @@ def gaussian_mu(comp: Composition):
                 f"got {type(m).__name__}; use another method (e.g. method='rdp')."
             )
         s = jnp.asarray(m.noise_multiplier, jnp.float64)
-        mu2 = mu2 + jnp.asarray(n, jnp.float64) / (s * s)
+        mu2 = mu2 + jnp.sum(jnp.asarray(n, jnp.float64) / (s * s))  # (a stack: one count per segment)
     return jnp.sqrt(mu2)
 
 

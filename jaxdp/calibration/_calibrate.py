@@ -734,8 +734,12 @@ def calibrate(
     """
     import optax
 
-    for name, value in [("target_epsilon", target_epsilon), ("delta", delta), ("sampling_prob", sampling_prob),
-                        ("num_steps", num_steps)]:
+    for name, value in [
+        ("target_epsilon", target_epsilon),
+        ("delta", delta),
+        ("sampling_prob", sampling_prob),
+        ("num_steps", num_steps),
+    ]:
         if isinstance(value, jax.core.Tracer):
             raise ValueError(
                 f"calibrate() runs an optimisation loop on the host and cannot be traced ({name} is a tracer): "

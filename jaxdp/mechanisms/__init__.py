@@ -5,7 +5,7 @@ nothing else (see the "Architecture" section of the README).
 """
 
 from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction
-from jaxdp.mechanisms._composition import Composition, as_composition
+from jaxdp.mechanisms._composition import STACK_CAPACITY, Composition, as_composition, scan_parts, scan_stack
 from jaxdp.mechanisms._gaussian import Gaussian
 from jaxdp.mechanisms._laplace import Laplace
 from jaxdp.mechanisms._log_ratio import (
@@ -25,6 +25,7 @@ from jaxdp.mechanisms._quadrature import CheckedMoments, mixture_rule
 __all__ = [
     "LOG_ZERO",
     "NEWTON_MAX_ITER",
+    "STACK_CAPACITY",
     "UNROLL",
     "X_FAR",
     "AbstractMechanism",
@@ -44,4 +45,6 @@ __all__ = [
     "mixture_log_ratio",
     "mixture_rule",
     "scaled_exps",
+    "scan_parts",
+    "scan_stack",
 ]

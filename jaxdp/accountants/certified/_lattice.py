@@ -175,7 +175,12 @@ def _grid(grid, comp):
     """
     if grid is not None:
         return grid
-    wide = any(_mixture_of(m)[0].shape[0] > 2 for m in comp.mechanisms)
+
+    def components(m, n):  # (a stack: one segment's)
+        one = jax.tree_util.tree_map(lambda x: x[0], m) if jnp.ndim(n) == 1 else m
+        return jax.eval_shape(lambda m: _mixture_of(m)[0], one).shape[0]
+
+    wide = any(components(m, n) > 2 for m, n in zip(comp.mechanisms, comp.counts))
     return (MIXTURE_NUM_BINS if wide else NUM_BINS, LATTICE_SIZE)
 
 

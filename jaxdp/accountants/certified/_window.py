@@ -26,7 +26,7 @@ from jaxdp.accountants.certified._constants import (
     WINDOW_SDS_BELOW,
 )
 from jaxdp.accountants.certified._lattice import _grid, _lattice_index, _loss_range, _mixture_of, _step_pmf
-from jaxdp.mechanisms import Composition, log_ratio
+from jaxdp.mechanisms import Composition, log_ratio, scan_parts
 
 
 def _fft_rho(num_bins):
@@ -65,46 +65,48 @@ def _fine_top(log_p, c, s, direction, t, n_total):
     return log_ratio(x[None], log_p, c, s)[0]
 
 
-def _parts(comp: Composition):
-    return [(m, jnp.asarray(n, jnp.float64)) for m, n in zip(comp.mechanisms, comp.counts)]
-
-
 def _tail_z(comp: Composition, log_delta_est):
     """Output range (in noise deviations) so that ``sum_i n_i p_inf,i <= TAIL_FRACTION x delta``.
 
     Every step's ``P``-mass beyond ``z`` deviations is at most ``Phi(-z) <= exp(-z^2 / 2) / 2``.
     Only tightness depends on this choice: the +inf atoms are counted in full.
     """
-    n_total = sum(jnp.asarray(n, jnp.float64) for n in comp.counts)
-    log_tau = log_delta_est + math.log(TAIL_FRACTION) - jnp.log(n_total)
+    log_tau = log_delta_est + math.log(TAIL_FRACTION) - jnp.log(comp.total_count())
     return jnp.clip(jnp.sqrt(2.0 * jnp.maximum(-log_tau, 0.0)), 3.0, 40.0)
 
 
 def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None) -> _Window:
-    """The tilted composed lattice law on a window around its mean (module docstring)."""
+    """The tilted composed lattice law on a window around its mean (module docstring).
+
+    The parts (a stack's segments one by one, :func:`~jaxdp.mechanisms.scan_parts`) are visited twice: once
+    for the lattice spacing and the composed offset, once for the per-step lattice laws and their spectra.
+    """
     num_bins, lattice_size = _grid(grid, comp)
     fft_rho = _fft_rho(num_bins)
     t = jax.lax.stop_gradient(t)
     z = jax.lax.stop_gradient(_tail_z(comp, log_delta_est))
-    parts = _parts(comp)
     _, k1, k2 = jax.lax.stop_gradient(_cgf.k012(comp, direction, t))
     sd = jnp.sqrt(jnp.maximum(k2, 1e-300))
-    ranges = [jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction, z)) for m, _ in parts]
-    # the fine lattice covers the tilted law (see _fine_top); above it, up to the range of z, cells
-    # may be COARSE_FACTOR wide
-    n_total = sum(n for _, n in parts)
-    fine_tops = [
-        jnp.minimum(jax.lax.stop_gradient(_fine_top(*_mixture_of(m), direction, t, n_total)), hi)
-        for (m, _), (_, hi) in zip(parts, ranges)
-    ]
+    n_total = comp.total_count()
     coarse_size = lattice_size // COARSE_SHARE
     reach = lattice_size - 1 + COARSE_FACTOR * coarse_size  # index of the last lattice point
-    offset = sum(n * lo for (_, n), (lo, _) in zip(parts, ranges))  # loss of composed index 0
-    support = sum(n * (hi - lo) for (_, n), (lo, hi) in zip(parts, ranges))  # composed lattice range
-    # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
-    spacing = jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / num_bins
-    for (lo, hi), top in zip(ranges, fine_tops):
+
+    def range_of(m):
+        return jax.lax.stop_gradient(_loss_range(*_mixture_of(m), direction, z))
+
+    # the fine lattice covers the tilted law (see _fine_top); above it, up to the range of z, cells
+    # may be COARSE_FACTOR wide
+    def geometry(acc, m, n):
+        offset, support, spacing = acc
+        lo, hi = range_of(m)
+        top = jnp.minimum(jax.lax.stop_gradient(_fine_top(*_mixture_of(m), direction, t, n_total)), hi)
         spacing = jnp.maximum(spacing, jnp.maximum((hi - lo) / reach, (top - lo) / (lattice_size - 1)))
+        return offset + n * lo, support + n * (hi - lo), spacing  # loss of composed index 0, composed range
+
+    zero = jnp.zeros((), jnp.float64)
+    offset, support, min_spacing = scan_parts(comp, geometry, (zero, zero, zero))
+    # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
+    spacing = jnp.maximum(jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / num_bins, min_spacing)
     spacing = jnp.maximum(spacing, 1e-300)
     width = num_bins * spacing
     start = jnp.clip(k1 - WINDOW_SDS_BELOW * sd, offset, jnp.maximum(offset + support - width, offset))
@@ -112,18 +114,14 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
     ell_start = offset + j0 * spacing
     ell_end = ell_start + num_bins * spacing
 
-    log_spec = 0.0
-    log_scale = 0.0
-    log_inf = _NEG
-    rel = 0.0
-    fft_terms = 0.0
-    sum_bound = 0.0
-    log_chernoff = 0.0
-    pow_terms = 0.0
     s_grid = jnp.concatenate([t + _CHERNOFF_STEPS / sd, _CHERNOFF_ABS])  # any s >= 0 gives a valid bound
-    for (mech, n), (lo, hi) in zip(parts, ranges):
-        # entries summed into one window point: the folds of the fine part, plus the coarse points
-        fold = (lattice_size // num_bins if lattice_size >= num_bins else 1) + -(-reach // num_bins)
+    # entries summed into one window point: the folds of the fine part, plus the coarse points
+    fold = (lattice_size // num_bins if lattice_size >= num_bins else 1) + -(-reach // num_bins)
+    coarse_at = np.mod(_lattice_index(lattice_size, coarse_size)[lattice_size:], num_bins).astype(np.int64)
+
+    def step(acc, mech, n):
+        log_spec, log_scale, log_inf, rel, fft_terms, sum_bound, log_chernoff, pow_terms = acc
+        lo, hi = range_of(mech)
         pmf = _step_pmf(mech, direction, lo, spacing, lattice_size, coarse_size, hi + spacing)
         kd = pmf.index * spacing
         tilted = pmf.log_pmf + t * kd
@@ -134,7 +132,6 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
             v = v.reshape(lattice_size // num_bins, num_bins).sum(axis=0)
         else:
             v = jnp.zeros(num_bins).at[:lattice_size].set(v)
-        coarse_at = np.mod(_lattice_index(lattice_size, coarse_size)[lattice_size:], num_bins).astype(np.int64)
         v = v.at[coarse_at].add(v_all[lattice_size:])
         rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
         total = jnp.sum(v)
@@ -149,8 +146,20 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
         # Chernoff on the (untilted, inflated) lattice measure: sum_i n_i K_i(s)
         k_s = jax.nn.logsumexp(pmf.log_pmf[None, :] + s_grid[:, None] * (lo + kd)[None, :], axis=1)
         log_chernoff = log_chernoff + n * k_s
-        pow_err = n * (jnp.abs(jnp.where(jnp.isfinite(log_abs), log_abs, 0.0)) + math.pi + 1.0)
-        pow_terms = pow_terms + pow_err
+        pow_terms = pow_terms + n * (jnp.abs(jnp.where(jnp.isfinite(log_abs), log_abs, 0.0)) + math.pi + 1.0)
+        return log_spec, log_scale, log_inf, rel, fft_terms, sum_bound, log_chernoff, pow_terms
+
+    init = (
+        jnp.zeros(num_bins // 2 + 1, jnp.complex128),
+        zero,
+        jnp.asarray(_NEG, jnp.float64),
+        zero,
+        zero,
+        zero,
+        jnp.zeros(s_grid.shape, jnp.float64),
+        jnp.zeros(num_bins // 2 + 1, jnp.float64),
+    )
+    log_spec, log_scale, log_inf, rel, fft_terms, sum_bound, log_chernoff, pow_terms = scan_parts(comp, step, init)
     z = jnp.exp(log_spec)
     y = jnp.fft.irfft(z, n=num_bins)
     growth = jnp.maximum(1.0, jnp.exp(sum_bound))
