@@ -160,3 +160,12 @@ def test_schedule_gradient_matches_finite_differences():
 def test_schedule_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Composition.from_schedule(**kwargs)
+
+
+@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified", "characteristic"])
+def test_one_segment_stack_equals_the_mechanism(method):
+    """A stack with one real segment is the i.i.d. composition (the i.i.d. Berry-Esseen constant included)."""
+    m = jaxdp.PoissonSubsampledGaussian(1.1, 0.01)
+    a = float(jaxdp.epsilon_for_delta(Composition.of((m, 1000)), delta=1e-5, method=method))
+    b = float(jaxdp.epsilon_for_delta(m, num_steps=1000, delta=1e-5, method=method))
+    assert a == pytest.approx(b, rel=1e-12)

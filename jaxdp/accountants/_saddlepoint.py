@@ -12,7 +12,6 @@ Derivation and guarantees: ``docs/accountants/saddlepoint.md`` (and ``docs/sound
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
@@ -66,13 +65,13 @@ class SaddlePointResult(NamedTuple):
 
 
 def _berry_esseen(comp):
-    identical = getattr(comp, "identical_steps", True)
-    return BERRY_ESSEEN_IID if identical else BERRY_ESSEEN
+    identical = getattr(comp, "identical_steps", True)  # a bool, or traced for a stack
+    return jnp.where(identical, BERRY_ESSEEN_IID, BERRY_ESSEEN)
 
 
 def _log_bound_from(comp, k0, k2, p3, t, epsilon):
     """log of ``e^{K - eps t} 2 C / (1 + t) (t / (1 + t))^t P / K''^{3/2}`` (``P`` inflated)."""
-    log_c = math.log(2.0 * _berry_esseen(comp))
+    log_c = jnp.log(2.0 * _berry_esseen(comp))
     return (
         k0
         - epsilon * t

@@ -290,10 +290,13 @@ class Composition(AbstractMechanism):
         return self._count_weighted(lambda m: m.max_privacy_loss(direction))
 
     @property
-    def identical_steps(self) -> bool:
-        """True when every step is the same mechanism (one unstacked part): the i.i.d. Berry-Esseen constant
-        applies.  A stack counts as heterogeneous (the general constant: valid, slightly larger)."""
-        return len(self.mechanisms) == 1 and not _is_stacked(self.counts[0])
+    def identical_steps(self):
+        """True when every step is the same mechanism: the i.i.d. Berry-Esseen constant applies.  A bool, or
+        for a stack a traced one (exactly one segment with a nonzero count)."""
+        if len(self.mechanisms) != 1:
+            return False
+        n = self.counts[0]
+        return jnp.sum(_f64(n) > 0) == 1 if _is_stacked(n) else True
 
     def privacy_loss(self, x, direction="remove"):
         """Privacy loss of a tuple ``x`` of per-segment outputs (see :meth:`sample_output`)."""
