@@ -406,6 +406,13 @@ def _enable_compilation_cache():
         return
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    # and the exported (traced and lowered) programs beside it: a warm run skips tracing too
+    from jaxdp.numerics import program_cache
+
+    try:
+        program_cache.enable(os.path.join(os.path.dirname(where.rstrip(os.sep)) or where, "programs"))
+    except OSError:
+        pass
 
 
 def main(argv=None) -> int:

@@ -25,7 +25,7 @@ from jaxdp.accountants._registry import (
     register_methods,
 )
 from jaxdp.mechanisms import Composition, as_composition
-from jaxdp.numerics import float64_entry, nan_to, to_f64
+from jaxdp.numerics import float64_entry, nan_to, program_cache, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -124,7 +124,8 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp
     """
     _validate.nonnegative("epsilon", epsilon)
     info, comp = _prepare(mechanism, num_steps, method)
-    return _log_delta_jit(comp, jnp.asarray(epsilon, jnp.float64), method=info.name)
+    args = (comp, jnp.asarray(epsilon, jnp.float64))
+    return program_cache.call(_log_delta_jit, log_delta_of_composition, args, {"method": info.name})
 
 
 @float64_entry
@@ -196,7 +197,8 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str = "rdp"):
     """
     _validate.open_unit("delta", delta)
     info, comp = _prepare(mechanism, num_steps, method)
-    return _epsilon_jit(comp, jnp.asarray(delta, jnp.float64), method=info.name)
+    args = (comp, jnp.asarray(delta, jnp.float64))
+    return program_cache.call(_epsilon_jit, epsilon_of_composition, args, {"method": info.name})
 
 
 def _renyi_impl(comp: Composition, orders):

@@ -4,6 +4,7 @@ The bottom layer of the package: it imports nothing else from jaxdp, and every o
 package may use it (see the "Architecture" section of the README).
 """
 
+from jaxdp.numerics import _program_cache as program_cache
 from jaxdp.numerics import _validate as validate
 from jaxdp.numerics._boundary import DOWN, NEAREST, UP, float64_entry, x64_enabled
 from jaxdp.numerics._logspace import (
@@ -55,6 +56,7 @@ __all__ = [
     "minimize_on_grid",
     "nan_to",
     "nufft1",
+    "program_cache",
     "pytree_dataclass",
     "safeguarded_newton",
     "solve_decreasing",
