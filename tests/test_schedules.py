@@ -72,6 +72,7 @@ def test_stacked_equals_the_closed_form_for_gaussians():
     assert got == pytest.approx(ref, rel=1e-13)
 
 
+@pytest.mark.slow  # two certified programs (~5 min on two cores); the soundness suite's "hetero" cases are stacks
 def test_stacked_certified_fast_equals_part_by_part_and_is_sound():
     segs = _segments(2)
     stacked = Composition.of(*segs)
