@@ -406,11 +406,12 @@ def _enable_compilation_cache():
         return
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    # and the exported (traced and lowered) programs beside it: a warm run skips tracing too
+    # and the exported (traced and lowered) programs inside it (JAX's cache reads only its own files): a warm
+    # run skips tracing too
     from jaxdp.numerics import program_cache
 
     try:
-        program_cache.enable(os.path.join(os.path.dirname(where.rstrip(os.sep)) or where, "programs"))
+        program_cache.enable(os.path.join(where, "programs"))
     except OSError:
         pass
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.mechanisms import Composition, MixtureMechanism, component_posterior, mixture_rule, scan_stack
+from jaxdp.mechanisms import Composition, MixtureMechanism, component_posterior, is_stacked, mixture_rule, scan_stack
 from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing
 
 LOG_T_LO = math.log(1e-6)
@@ -144,7 +144,7 @@ def line_nodes(comp: Composition, direction: str, t):
     for m, n in zip(comp.mechanisms, comp.counts):
         if not isinstance(m, MixtureMechanism):
             nodes.append(None)
-        elif jnp.ndim(n) == 1:
+        elif is_stacked(n):
             nodes.append(STACKED)
             s_res = scan_stack(lambda acc, mi, _: jnp.minimum(acc, mixture_nodes(mi, direction, t).s_res), s_res, m, n)
         else:
@@ -158,7 +158,7 @@ def composed_log_phi(comp: Composition, direction: str, t, nodes, ds):
     """``sum_i n_i log E_t[exp(i s L_i)]`` at ``s = k ds`` (composition adds the per-step terms)."""
     log_phi = jnp.zeros(NUM_NODES, jnp.complex128)
     for m, n, nd in zip(comp.mechanisms, comp.counts, nodes):
-        if jnp.ndim(n) == 1:
+        if is_stacked(n):
 
             def body(acc, mi, ni, nd=nd):
                 ndi = mixture_nodes(mi, direction, t) if nd is STACKED else None

@@ -5,7 +5,15 @@ nothing else (see the "Architecture" section of the README).
 """
 
 from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction
-from jaxdp.mechanisms._composition import STACK_CAPACITY, Composition, as_composition, scan_parts, scan_stack
+from jaxdp.mechanisms._composition import (
+    STACK_CAPACITY,
+    Composition,
+    as_composition,
+    is_stacked,
+    scan_parts,
+    scan_stack,
+    segment,
+)
 from jaxdp.mechanisms._gaussian import Gaussian
 from jaxdp.mechanisms._laplace import Laplace
 from jaxdp.mechanisms._log_ratio import (
@@ -41,10 +49,12 @@ __all__ = [
     "as_composition",
     "component_posterior",
     "inverse_log_ratio",
+    "is_stacked",
     "log_ratio",
     "mixture_log_ratio",
     "mixture_rule",
     "scaled_exps",
     "scan_parts",
     "scan_stack",
+    "segment",
 ]

@@ -23,7 +23,7 @@ from jaxdp.numerics import validate as _validate
 STACK_CAPACITY = 128
 
 
-def _is_stacked(count) -> bool:
+def is_stacked(count) -> bool:
     """A part is a stack of segments when its count is a 1-D array (one count per segment)."""
     return jnp.ndim(count) == 1
 
@@ -56,11 +56,9 @@ def _stack_parts(mechs, counts):
     """Groups the parts by kind (type, static fields, leaf shapes) into stacks padded with count-0 copies."""
     groups: dict = {}
     for m, n in zip(mechs, counts):
-        if isinstance(m, Composition):
-            raise ValueError(f"Composition parts must be (non-composition) mechanisms, got {m!r}.")
-        if _is_stacked(n):  # an existing stack: its segments join the group
-            for i in range(jnp.shape(n)[0]):
-                groups.setdefault(_stack_key(_index(m, 0)), []).append((_index(m, i), n[i]))
+        if is_stacked(n):  # an existing stack: its segments join the group
+            group = groups.setdefault(_stack_key(segment(m, 0)), [])
+            group.extend((segment(m, i), n[i]) for i in range(jnp.shape(n)[0]))
             continue
         groups.setdefault(_stack_key(m), []).append((m, n))
     out_m, out_n = [], []
@@ -75,7 +73,7 @@ def _stack_parts(mechs, counts):
     return tuple(out_m), tuple(out_n)
 
 
-def _index(stack, i):
+def segment(stack, i):
     """Segment ``i`` of a stacked mechanism."""
     return jax.tree_util.tree_map(lambda x: x[i], stack)
 
@@ -86,7 +84,7 @@ def scan_stack(body, carry, stack, counts):
     what its real segments cost (reverse-mode differentiable, unlike a loop to a traced bound)."""
     counts = _f64(counts)
     # the carry takes the shape and dtype of one segment's result (e.g. a vector of t)
-    proto = jax.eval_shape(lambda c: body(c, _index(stack, 0), counts[0]), carry)
+    proto = jax.eval_shape(lambda c: body(c, segment(stack, 0), counts[0]), carry)
     carry = jax.tree_util.tree_map(lambda c, p: jnp.broadcast_to(c, p.shape).astype(p.dtype), carry, proto)
 
     def step(c, xs):
@@ -102,7 +100,7 @@ def scan_parts(comp, body, init):
     (:func:`scan_stack`)."""
     carry = init
     for m, n in zip(comp.mechanisms, comp.counts):
-        carry = scan_stack(body, carry, m, n) if _is_stacked(n) else body(carry, m, _f64(n))
+        carry = scan_stack(body, carry, m, n) if is_stacked(n) else body(carry, m, _f64(n))
     return carry
 
 
@@ -143,7 +141,7 @@ class Composition(AbstractMechanism):
         for m, n in zip(mechs, counts):
             if not isinstance(m, AbstractMechanism) or isinstance(m, Composition):
                 raise ValueError(f"Composition parts must be (non-composition) mechanisms, got {m!r}.")
-            if _is_stacked(n):
+            if is_stacked(n):
                 if _concrete(n):
                     arr = np.asarray(n, dtype=np.float64)
                     if not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)) and np.all(arr >= 0)):
@@ -233,11 +231,11 @@ class Composition(AbstractMechanism):
         """``[(mechanism, count), ...]`` one segment at a time, padding left out (concrete counts only)."""
         out = []
         for m, n in zip(self.mechanisms, self.counts):
-            if not _is_stacked(n):
+            if not is_stacked(n):
                 out.append((m, n))
                 continue
             counts = np.asarray(n)
-            out.extend((_index(m, i), counts[i].item()) for i in range(counts.shape[0]) if counts[i] > 0)
+            out.extend((segment(m, i), counts[i].item()) for i in range(counts.shape[0]) if counts[i] > 0)
         return out
 
     def scaled(self, factor):
@@ -254,9 +252,7 @@ class Composition(AbstractMechanism):
 
     def cgf(self, t, direction="remove"):
         _check_direction(direction)
-        t = jnp.asarray(t)
-        zero = jnp.zeros_like(t, dtype=jnp.complex128 if jnp.iscomplexobj(t) else jnp.float64)
-        return scan_parts(self, lambda acc, m, n: acc + n * m.cgf(t, direction), zero)
+        return self._count_weighted(lambda m: m.cgf(t, direction))
 
     def gaussian_mu2(self):
         return self._count_weighted(lambda m: m.gaussian_mu2())
@@ -296,7 +292,7 @@ class Composition(AbstractMechanism):
         if len(self.mechanisms) != 1:
             return False
         n = self.counts[0]
-        return jnp.sum(_f64(n) > 0) == 1 if _is_stacked(n) else True
+        return jnp.sum(_f64(n) > 0) == 1 if is_stacked(n) else True
 
     def privacy_loss(self, x, direction="remove"):
         """Privacy loss of a tuple ``x`` of per-segment outputs (see :meth:`sample_output`)."""
@@ -315,7 +311,7 @@ class Composition(AbstractMechanism):
         ok = jnp.array(True)
         for m, n in zip(self.mechanisms, self.counts):
             n = _f64(n)
-            if _is_stacked(n):
+            if is_stacked(n):
                 seg_ok = jax.vmap(lambda mi: mi.valid())(m)
                 ok &= jnp.all((seg_ok | (n == 0)) & jnp.isfinite(n) & (n >= 0)) & jnp.any(n >= 1)
             else:

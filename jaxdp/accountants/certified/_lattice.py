@@ -23,7 +23,16 @@ from jaxdp.accountants.certified._constants import (
     NUM_BINS,
     Z_TAIL,
 )
-from jaxdp.mechanisms import UNROLL, Gaussian, MixtureMechanism, inverse_log_ratio, log_ratio, scaled_exps
+from jaxdp.mechanisms import (
+    UNROLL,
+    Gaussian,
+    MixtureMechanism,
+    inverse_log_ratio,
+    is_stacked,
+    log_ratio,
+    scaled_exps,
+    segment,
+)
 from jaxdp.numerics import log_normal_mass, mean_factor
 
 
@@ -177,7 +186,7 @@ def _grid(grid, comp):
         return grid
 
     def components(m, n):  # (a stack: one segment's)
-        one = jax.tree_util.tree_map(lambda x: x[0], m) if jnp.ndim(n) == 1 else m
+        one = segment(m, 0) if is_stacked(n) else m
         return jax.eval_shape(lambda m: _mixture_of(m)[0], one).shape[0]
 
     wide = any(components(m, n) > 2 for m, n in zip(comp.mechanisms, comp.counts))
