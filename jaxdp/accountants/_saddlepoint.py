@@ -188,16 +188,17 @@ def _verified_epsilon(comp, direction, log_delta, eps, t):
     ``eps`` is not finite: the root finder's answer is never taken on trust.
     """
     eps_sg = jax.lax.stop_gradient(eps)
-    cands = [eps_sg + m * (1.0 + jnp.abs(eps_sg)) for m in EPS_RETRY_MARGINS]
-    passed = [
-        jnp.minimum(
-            certified_log_delta_at(comp, direction, t, e),
-            certified_log_delta_at(comp, direction, jax.lax.stop_gradient(saddle_point(comp, direction, e)), e),
-        )
-        <= log_delta
-        for e in cands
-    ]
-    passed = [p & jnp.isfinite(eps_sg) for p in passed]
+    margins = jnp.asarray(EPS_RETRY_MARGINS, jnp.float64)
+    cands = eps_sg + margins * (1.0 + jnp.abs(eps_sg))
+    # one traced copy of the check, vectorised over (tilt, candidate): the solver's tilt and each
+    # candidate's own saddle point
+    frozen = jax.lax.stop_gradient(comp)  # (only pass or fail comes out of the check)
+    t_own = jax.vmap(lambda e: saddle_point(frozen, direction, e))(cands)
+    tilts = jax.lax.stop_gradient(jnp.concatenate([jnp.broadcast_to(t, cands.shape), t_own]))
+    logs = jax.vmap(lambda tt, e: certified_log_delta_at(frozen, direction, tt, e))(tilts, jnp.tile(cands, 2))
+    n = len(EPS_RETRY_MARGINS)
+    passed = (jnp.minimum(logs[:n], logs[n:]) <= log_delta) & jnp.isfinite(eps_sg)
+    passed = [passed[i] for i in range(n)]
     # L_max (delta = 0 there) for a loss bounded above
     out = jax.lax.stop_gradient(comp.max_privacy_loss(direction))
     for m, p in reversed(list(zip(EPS_RETRY_MARGINS, passed))):
