@@ -58,11 +58,12 @@ def _prepare(mechanism, num_steps, method):
     return info, to_f64(comp)
 
 
-def _worst_direction(comp: Composition, arg, info: MethodInfo, get):
+def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen=None):
     """``max`` over the adjacency directions of ``get(info)(comp, direction, arg)``.
 
     With a ``screen`` method, a later direction is computed only where its
-    cheap certified bound exceeds the value found so far.
+    cheap certified bound exceeds the value found so far (by ``given_screen(info)``, when
+    not None, which also receives that bound).
     """
     worst = get(info)(comp, comp.directions[0], arg)
     for d in comp.directions[1:]:
@@ -70,12 +71,14 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get):
             worst = _larger(worst, get(info)(comp, d, arg))
             continue
         cheap = get(method_info(info.screen))(comp, d, arg)
+        reuse = given_screen(info) if given_screen is not None else None
         full = jax.lax.cond(
             ~(cheap <= worst),  # NaN computes it too
-            lambda c, a, d=d: get(info)(c, d, a),
-            lambda c, a: jnp.asarray(-jnp.inf, jnp.float64),
+            lambda c, a, s, d=d: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
+            lambda c, a, s: jnp.asarray(-jnp.inf, jnp.float64),
             comp,
             arg,
+            cheap,
         )
         worst = _larger(worst, full)
     return worst
@@ -102,7 +105,7 @@ def epsilon_of_composition(comp: Composition, delta, method: str):
     info = method_info(method)
     ok = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
-    eps = _worst_direction(comp, log_delta, info, lambda i: i.epsilon)
+    eps = _worst_direction(comp, log_delta, info, lambda i: i.epsilon, lambda i: i.epsilon_given_screen)
     if info.certified:  # likewise the vacuous epsilon = inf
         eps = nan_to(eps, jnp.inf)
     return jnp.where(ok, eps, jnp.nan)

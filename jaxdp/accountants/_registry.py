@@ -43,6 +43,9 @@ class MethodInfo:
         direction decides the result, so skipping it is exact).
       calibration_nudge: for a certified method, the relative first move of a calibrated
         parameter before its certified check (about the method's slack over the estimate).
+      epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
+        ``epsilon`` given the screen's epsilon of the same direction (already computed for the
+        second direction; a method that uses it need not trace it again).
     """
 
     name: str
@@ -54,6 +57,7 @@ class MethodInfo:
     companion: str | None = None
     screen: str | None = None
     calibration_nudge: float = 3e-6
+    epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
 
 
 _METHODS: dict[str, MethodInfo] = {}

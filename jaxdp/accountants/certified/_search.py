@@ -150,7 +150,7 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
     return jnp.where(ok, cands[first], jnp.inf)
 
 
-def epsilon_certified(comp, direction, log_delta, grid=None):
+def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     """Certified epsilon: the certified delta at it is at most ``exp(log_delta)``.
 
     The window is tilted at the saddle point of the saddle-point estimate of
@@ -159,38 +159,62 @@ def epsilon_certified(comp, direction, log_delta, grid=None):
     whose bimodal "spike and slab" law the continuous saddle point places
     poorly -- the window is rebuilt at ``TILT_FACTORS`` times the saddle point of
     the root and at ``FALLBACK_TILT``, and solved again.  Every candidate is a
-    verified upper bound, so the smallest is returned.
+    verified upper bound, so the smallest is returned.  ``screened``: the certified saddle-point
+    epsilon when the caller has it (one of the candidates).
     """
 
     def solve(t, eps_ref):
         win = _build_window(comp, direction, t, log_delta, grid)
         return _window_epsilon(win, log_delta, eps_ref)
 
-    def search(eps_ref):
-        # the tilts are compared without gradients (a failed one may have non-finite partials);
-        # the best is solved again, differentiably
+    def search_tilt(eps_ref):
+        # the tilts are ranked on the coarse lattice (~6x cheaper) without gradients (a failed one may have
+        # non-finite partials); the best is solved again, differentiably (NaN when none succeeds)
         t_ref = jax.lax.stop_gradient(_cgf.saddle_point(comp, direction, eps_ref))
         tilts = jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
         frozen = jax.lax.stop_gradient(comp)
-        scan_grid = FAST_GRID if grid is None else grid  # the tilts are ranked on the coarse lattice (~6x cheaper)
+        scan_grid = FAST_GRID if grid is None else grid
         eps = jax.lax.map(
             lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta, scan_grid), log_delta, eps_ref),
             tilts,
         )
         best = argmin(eps)
-        return jnp.where(jnp.isfinite(eps[best]), solve(tilts[best], eps_ref), jnp.inf)
+        return jnp.where(jnp.isfinite(eps[best]), tilts[best], jnp.nan)
 
-    def never(_):
-        return jnp.asarray(jnp.inf, jnp.float64)
-
-    eps_sp = nan_to(_saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta), jnp.inf)
+    if screened is None:
+        screened = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
+    eps_sp = nan_to(screened, jnp.inf)
     eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
     eps0 = jnp.where(jnp.isfinite(eps0), eps0, jax.lax.stop_gradient(jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0)))
-    eps1 = nan_to(solve(_cgf.saddle_point(comp, direction, eps0), eps0), jnp.inf)
+    t0 = _cgf.saddle_point(comp, direction, eps0)
+
+    # Two passes of one traced solve: pass 1 at the saddle point of the estimate; pass 2, only where pass 1
+    # failed or its root landed far from the estimate, at the tilt the coarse search ranks best.
+    def one_pass(eps1, first):
+        best = jnp.minimum(eps1, eps_sp)
+        ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, eps0))
+        far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
+        need = first | far | ~jnp.isfinite(eps1)
+        t = jax.lax.cond(
+            first,
+            lambda r: t0,
+            lambda r: jax.lax.cond(need, search_tilt, lambda _: jnp.asarray(jnp.nan, jnp.float64), r),
+            ref,
+        )
+        eps_ref = jnp.where(first, eps0, ref)
+        run = need & jnp.isfinite(t)
+        safe_t = jnp.where(run, t, 1.0)
+        eps = jax.lax.cond(
+            run,
+            lambda tt, e: nan_to(solve(tt, e), jnp.inf),
+            lambda tt, e: jnp.asarray(jnp.inf, jnp.float64),
+            safe_t,
+            eps_ref,
+        )
+        return jnp.where(first, eps, eps1), eps
+
+    _, (eps1, eps2) = jax.lax.scan(one_pass, jnp.asarray(jnp.inf, jnp.float64), jnp.array([True, False]))
     best = jnp.minimum(eps1, eps_sp)
-    ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, eps0))
-    far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
-    eps2 = nan_to(jax.lax.cond(far | ~jnp.isfinite(eps1), search, never, ref), jnp.inf)
     best = jnp.minimum(jnp.minimum(best, eps2), _pure_dp_epsilon(comp, direction))
     # every bound failed: the Rényi-DP bound (its orders checked), else vacuous
     best = jax.lax.cond(
@@ -216,6 +240,7 @@ METHODS = (
         supports=_supported,
         screen="saddlepoint-certified",
         calibration_nudge=3e-6,
+        epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
     ),
     MethodInfo(
         "certified-fast",
@@ -226,5 +251,6 @@ METHODS = (
         supports=_supported,
         screen="saddlepoint-certified",
         calibration_nudge=3e-5,
+        epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
     ),
 )
