@@ -74,7 +74,7 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
         reuse = given_screen(info) if given_screen is not None else None
         full = jax.lax.cond(
             ~(cheap <= worst),  # NaN computes it too
-            lambda c, a, s, d=d: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
+            lambda c, a, s, d=d, reuse=reuse: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
             lambda c, a, s: jnp.asarray(-jnp.inf, jnp.float64),
             comp,
             arg,
