@@ -321,8 +321,8 @@ def _run(args):
     else:
         validate.nonnegative("--epsilon", args.epsilon)
     mech = _mechanism(args)
-    if args.method is None:  # the default where it supports the mechanism (MethodInfo.supports), else the fallback
-        args.method = DEFAULT_METHOD if _supports(DEFAULT_METHOD, mech) else FALLBACK_METHOD
+    if args.method is None:  # the library's default (certified where it supports the mechanism, else the fallback)
+        args.method = jaxdp.default_method(mech)
     info = jaxdp.method_info(args.method)
     start = time.perf_counter()
     if args.command == "epsilon":

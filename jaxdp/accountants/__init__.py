@@ -9,6 +9,7 @@ and declares its :class:`MethodInfo` (see :mod:`jaxdp.accountants._api`); what t
 from jaxdp.accountants._api import (
     MethodInfo,
     available_methods,
+    default_method,
     delta_for_epsilon,
     epsilon_for_delta,
     epsilon_of_composition,
@@ -23,6 +24,7 @@ from jaxdp.accountants._exact import log_delta_gaussian
 __all__ = [
     "MethodInfo",
     "available_methods",
+    "default_method",
     "delta_for_epsilon",
     "epsilon_for_delta",
     "epsilon_of_composition",

@@ -31,6 +31,7 @@ from jaxdp.numerics import validate as _validate
 __all__ = [
     "MethodInfo",
     "available_methods",
+    "default_method",
     "delta_for_epsilon",
     "epsilon_for_delta",
     "log_delta_for_epsilon",
@@ -50,9 +51,30 @@ register_methods(
 )
 
 
+#: what ``method=None`` (the default of the entry points) means: the tight proven bound where it applies,
+#: else the certified saddle-point bound (mechanisms other than Gaussians and their mixtures, e.g. Laplace)
+DEFAULT_METHOD = "certified"
+FALLBACK_METHOD = "saddlepoint-certified"
+
+
+def default_method(mechanism, num_steps=1) -> str:
+    """The accountant used when ``method`` is not given: ``"certified"`` (a proven, tight upper bound)
+    where it supports the mechanism, else ``"saddlepoint-certified"``.
+
+    Example:
+      >>> import jaxdp
+      >>> jaxdp.default_method(jaxdp.PoissonSubsampledGaussian(1.0, 0.01)), jaxdp.default_method(jaxdp.Laplace(1.0))
+      ('certified', 'saddlepoint-certified')
+    """
+    comp = as_composition(mechanism, num_steps)
+    return DEFAULT_METHOD if method_info(DEFAULT_METHOD).supports(comp) else FALLBACK_METHOD
+
+
 def _prepare(mechanism, num_steps, method):
-    info = method_info(method)
     _validate.num_steps("num_steps", num_steps)
+    if method is None:
+        method = default_method(mechanism, num_steps)
+    info = method_info(method)
     comp = as_composition(mechanism, num_steps)
     check_supported(info, comp)
     return info, to_f64(comp)
@@ -116,7 +138,7 @@ _epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method",))
 
 
 @float64_entry
-def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
+def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
     """Natural log of :func:`delta_for_epsilon` (finite down to delta ~ 1e-300 and below).
 
     Example:
@@ -132,7 +154,7 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp
 
 
 @float64_entry
-def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
+def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
     """delta such that ``num_steps`` runs of ``mechanism`` are (epsilon, delta)-DP.
 
     Args:
@@ -140,7 +162,10 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
         fields may be traced).
       epsilon: target epsilon ``>= 0``.
       num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
-      method: accountant, one of :func:`available_methods`.
+      method: accountant, one of :func:`available_methods`; by default (None) the tight proven
+        upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
+        see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
+        CPU; ``"saddlepoint"`` (estimate) and ``"rdp"`` (looser bound) compile in a few.
 
     Returns:
       A float64 scalar in ``[0, 1]``; NaN when traced inputs are out of range.  Traced
@@ -167,14 +192,17 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str = "rdp"):
 
 
 @float64_entry
-def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str = "rdp"):
+def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = None):
     """Smallest epsilon such that ``num_steps`` runs are (epsilon, delta)-DP.
 
     Args:
       mechanism: a mechanism or :class:`~jaxdp.Composition`.
       delta: target delta in ``(0, 1)``.
       num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
-      method: accountant, one of :func:`available_methods`.
+      method: accountant, one of :func:`available_methods`; by default (None) the tight proven
+        upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
+        see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
+        CPU; ``"saddlepoint"`` (estimate) and ``"rdp"`` (looser bound) compile in a few.
 
     Returns:
       A float64 scalar ``>= 0``; NaN when traced inputs are out of range.  Traced

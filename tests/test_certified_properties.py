@@ -1,0 +1,153 @@
+"""The certified accountants checked from outside: an independent lower bound on a seeded random grid, and
+one adjacency direction at a time against the peers.
+
+The lower bound (``_lower_bounds.sum_statistic_log_delta``, numpy/scipy only) post-processes a composition
+into the sum of its outputs; post-processing cannot raise delta, so a proven upper bound must sit at or above
+it everywhere, also far from the reference table.  The default run checks a small grid (Poisson-subsampled
+Gaussian, a three-point mixture, a two-segment schedule; delta from 1e-12 to 1e-3); ``-m slow`` a wide one,
+both query directions.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _lower_bounds import psg, sum_statistic_log_delta
+
+import jaxdp
+
+LOG_TOL = 1e-9  # slack in log delta (the lower bound is exact to ~1e-12 relative)
+
+
+def _loguniform(rng, lo, hi):
+    return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
+
+
+def grid(seed: int, count: int):
+    """``count`` seeded cases ``(kind, mechanism, steps, parts, delta, epsilon)`` in the DP-SGD range."""
+    rng = np.random.default_rng(seed)
+    kinds = ("psg", "mixture", "schedule")
+    out = []
+    for i in range(count):
+        kind = kinds[i % len(kinds)]
+        delta = 10.0 ** rng.uniform(-12, -3)
+        epsilon = _loguniform(rng, 0.05, 20.0)
+        if kind == "psg":
+            sigma, q, steps = _loguniform(rng, 0.5, 10.0), _loguniform(rng, 1e-3, 0.5), int(_loguniform(rng, 1, 1e4))
+            mech, parts = jaxdp.PoissonSubsampledGaussian(sigma, q), [psg(sigma, q, steps)]
+        elif kind == "mixture":
+            sigma, steps = _loguniform(rng, 0.5, 10.0), int(_loguniform(rng, 1, 2000))
+            c = np.array([0.0, 1.0, 2.0])
+            p = rng.dirichlet(np.ones(3))
+            p = np.maximum(p, 1e-3)
+            p = p / p.sum()
+            mech, parts = jaxdp.MixtureOfGaussians(sigma, sensitivities=c, probs=p), [(sigma, c, p, steps)]
+        else:
+            segs = [(_loguniform(rng, 0.5, 10.0), _loguniform(rng, 1e-3, 0.3), int(_loguniform(rng, 1, 3000)))]
+            segs.append((segs[0][0] * _loguniform(rng, 0.5, 2.0), segs[0][1], int(_loguniform(rng, 1, 3000))))
+            mech = jaxdp.Composition.from_schedule(
+                noise_multipliers=[s for s, _, _ in segs],
+                sampling_probs=[q for _, q, _ in segs],
+                counts=[n for _, _, n in segs],
+            )
+            parts, steps = [psg(s, q, n) for s, q, n in segs], 1
+        out.append((kind, mech, steps, parts, delta, epsilon))
+    return out
+
+
+def _lower(parts, eps):
+    """Lower bound on log delta(eps) under add-or-remove adjacency (the larger direction's)."""
+    return min(max(sum_statistic_log_delta(parts, d, eps) for d in ("remove", "add")), 0.0)
+
+
+def _check(cases, methods, queries=("epsilon",)):
+    checked = 0
+    for kind, mech, steps, parts, delta, epsilon in cases:
+        for method in methods:
+            if "epsilon" in queries:
+                eps = float(jaxdp.epsilon_for_delta(mech, delta=delta, num_steps=steps, method=method))
+                assert math.isfinite(eps), (kind, method, delta, eps)  # DP-SGD settings: never vacuous
+                lower = _lower(parts, eps)
+                assert lower <= math.log(delta) + LOG_TOL, (kind, method, delta, eps, lower)
+                checked += 1
+            if "delta" in queries:
+                got = float(jaxdp.log_delta_for_epsilon(mech, epsilon=epsilon, num_steps=steps, method=method))
+                lower = _lower(parts, epsilon)
+                assert got >= lower - LOG_TOL, (kind, method, epsilon, got, lower)
+                assert got <= 0.0
+                checked += 1
+    return checked
+
+
+def test_certified_is_above_an_independent_lower_bound():
+    """Default run: six seeded settings (two of each kind) through ``certified-fast``, the Poisson-subsampled
+    Gaussian ones through ``certified`` too."""
+    cases = grid(seed=17, count=6)
+    n = _check(cases, ["certified-fast"])
+    n += _check([c for c in cases if c[0] == "psg"], ["certified"])
+    assert n == 8
+
+
+@pytest.mark.slow
+def test_certified_is_above_an_independent_lower_bound_wide():
+    cases = grid(seed=2026, count=60)
+    assert _check(cases, ["certified", "certified-fast"], queries=("epsilon", "delta")) == 240
+
+
+def test_the_grid_reaches_small_delta_and_every_kind():
+    cases = grid(seed=2026, count=60)
+    assert {c[0] for c in cases} == {"psg", "mixture", "schedule"}
+    assert min(c[4] for c in cases) < 1e-11 and max(c[4] for c in cases) > 1e-4
+
+
+# -- one adjacency direction at a time against the peers ------------------------------------------------
+
+
+@pytest.mark.parametrize("adjacency", ["remove", "add"])
+def test_one_direction_between_dp_accounting_pld_bounds(adjacency):
+    """``adjacency="remove"``/``"add"`` alone: at or above dp_accounting's optimistic PLD (a lower bound, the
+    same convention of directions) and no looser than its pessimistic PLD."""
+    pld = pytest.importorskip("dp_accounting.pld.privacy_loss_distribution")
+    from dp_accounting.pld.privacy_loss_mechanism import AdjacencyType, GaussianPrivacyLoss
+
+    sigma, q, steps, delta = 1.0, 0.02, 300, 1e-6
+
+    def peer(pessimistic, adjacency=adjacency):
+        # one direction's PLD, as dp_accounting builds each half of its add-or-remove one (a private helper;
+        # the public from_gaussian_mechanism composes both directions)
+        loss = GaussianPrivacyLoss(
+            sigma, pessimistic_estimate=pessimistic, sampling_prob=q, adjacency_type=AdjacencyType[adjacency.upper()]
+        )
+        pmf = pld._create_pld_pmf_from_monotone_privacy_loss(
+            loss, pessimistic_estimate=pessimistic, value_discretization_interval=1e-4, use_connect_dots=True
+        )
+        return pld.PrivacyLossDistribution(pmf).self_compose(steps).get_epsilon_for_delta(delta)
+
+    m = jaxdp.PoissonSubsampledGaussian(sigma, q, adjacency=adjacency)
+    got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="certified"))
+    low, high = peer(False), peer(True)
+    print(f"\n{adjacency}: dp_accounting optimistic {low:.7f} <= certified {got:.7f} <= pessimistic {high:.7f}")
+    assert low * (1 - 1e-6) <= got <= high * (1 + 1e-8), (low, got, high)
+    # the two directions differ here by more than the bracket, so a swapped convention would show
+    other = "add" if adjacency == "remove" else "remove"
+    assert not peer(False, other) * (1 - 1e-6) <= got <= peer(True, other) * (1 + 1e-8)
+
+
+def test_remove_direction_between_prv_accountant_bounds():
+    """prv_accountant's Poisson-subsampled Gaussian is the remove direction: its proven ``eps_low`` is below
+    ``certified``, its ``eps_up`` above."""
+    prv = pytest.importorskip("prv_accountant")
+    sigma, q, steps, delta = 0.8, 0.01, 1000, 1e-6
+    acc = prv.PRVAccountant(
+        prvs=[prv.PoissonSubsampledGaussianMechanism(noise_multiplier=sigma, sampling_probability=q)],
+        max_self_compositions=[steps],
+        eps_error=1e-3,
+        delta_error=1e-10,
+    )
+    low, _, high = acc.compute_epsilon(delta=delta, num_self_compositions=[steps])
+    m = jaxdp.PoissonSubsampledGaussian(sigma, q, adjacency="remove")
+    got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="certified"))
+    print(f"\nprv_accountant eps_low {low:.7f} <= certified {got:.7f} <= eps_up {high:.7f}")
+    assert low <= got <= high, (low, got, high)
