@@ -151,3 +151,29 @@ def test_remove_direction_between_prv_accountant_bounds():
     got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="certified"))
     print(f"\nprv_accountant eps_low {low:.7f} <= certified {got:.7f} <= eps_up {high:.7f}")
     assert low <= got <= high, (low, got, high)
+
+
+# -- the default method -----------------------------------------------------------------------------------
+
+
+def test_the_default_is_the_tight_certified_bound():
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.02)
+    assert jaxdp.default_method(m, 300) == "certified"
+    default = float(jaxdp.epsilon_for_delta(m, delta=1e-6, num_steps=300))
+    assert default == float(jaxdp.epsilon_for_delta(m, delta=1e-6, num_steps=300, method="certified"))
+    # tighter than the former default (RDP) by far, and still above the independent lower bound
+    assert default < 0.9 * float(jaxdp.epsilon_for_delta(m, delta=1e-6, num_steps=300, method="rdp"))
+    assert _lower([psg(1.0, 0.02, 300)], default) <= math.log(1e-6) + LOG_TOL
+
+
+def test_the_default_falls_back_where_certified_does_not_apply():
+    from jaxdp import cli
+
+    lap = jaxdp.Laplace(1.0)
+    mixed = jaxdp.Composition.of((lap, 2), (jaxdp.Gaussian(3.0), 5))
+    assert jaxdp.default_method(lap) == jaxdp.default_method(mixed) == "saddlepoint-certified"
+    assert cli.DEFAULT_METHOD == "certified" and cli.FALLBACK_METHOD == "saddlepoint-certified"
+    got = float(jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3))
+    assert got == float(jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3, method="saddlepoint-certified"))
+    with pytest.raises(ValueError, match="method='certified' does not support Laplace"):
+        jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3, method="certified")
