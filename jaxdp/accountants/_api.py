@@ -10,6 +10,8 @@ turns invalid traced inputs into NaN.
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -41,13 +43,17 @@ __all__ = [
 ]
 
 
+# every built-in method takes the direction as data (MethodInfo.direction_as_data)
 register_methods(
-    _rdp.METHODS
-    + _exact.METHODS
-    + _saddlepoint.METHODS
-    + _certified.METHODS
-    + _characteristic.METHODS
-    + _gil_pelaez.METHODS
+    tuple(
+        dataclasses.replace(info, direction_as_data=True)
+        for info in _rdp.METHODS
+        + _exact.METHODS
+        + _saddlepoint.METHODS
+        + _certified.METHODS
+        + _characteristic.METHODS
+        + _gil_pelaez.METHODS
+    )
 )
 
 
@@ -85,24 +91,35 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
 
     With a ``screen`` method, a later direction is computed only where its
     cheap certified bound exceeds the value found so far (by ``given_screen(info)``, when
-    not None, which also receives that bound).
+    not None, which also receives that bound).  With ``info.direction_as_data`` the two
+    directions are the two steps of one ``lax.scan`` (one traced copy of the method).
     """
-    worst = get(info)(comp, comp.directions[0], arg)
-    for d in comp.directions[1:]:
-        if info.screen is None:
-            worst = _larger(worst, get(info)(comp, d, arg))
-            continue
-        cheap = get(method_info(info.screen))(comp, d, arg)
-        reuse = given_screen(info) if given_screen is not None else None
+    screen = None if info.screen is None else method_info(info.screen)
+    reuse = given_screen(info) if (given_screen is not None and screen is not None) else None
+
+    def one(worst, c, d, a):
+        if screen is None:
+            return _larger(worst, get(info)(c, d, a))
+        cheap = get(screen)(c, d, a)
         full = jax.lax.cond(
             ~(cheap <= worst),  # NaN computes it too
-            lambda c, a, s, d=d, reuse=reuse: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
+            lambda c, a, s: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
             lambda c, a, s: jnp.asarray(-jnp.inf, jnp.float64),
-            comp,
-            arg,
+            c,
+            a,
             cheap,
         )
-        worst = _larger(worst, full)
+        return _larger(worst, full)
+
+    if len(comp.directions) == 2 and info.direction_as_data:
+        # remove, then add (the screen of the first compares with -inf: it is always computed)
+        worst, _ = jax.lax.scan(
+            lambda w, add: (one(w, comp, add, arg), None), jnp.asarray(-jnp.inf, jnp.float64), jnp.array([False, True])
+        )
+        return worst
+    worst = get(info)(comp, comp.directions[0], arg)
+    for d in comp.directions[1:]:
+        worst = one(worst, comp, d, arg)
     return worst
 
 

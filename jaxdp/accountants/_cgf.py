@@ -13,7 +13,15 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.mechanisms import Composition, MixtureMechanism, component_posterior, is_stacked, mixture_rule, scan_stack
+from jaxdp.mechanisms import (
+    Composition,
+    MixtureMechanism,
+    by_direction,
+    component_posterior,
+    is_stacked,
+    mixture_rule,
+    scan_stack,
+)
 from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing
 
 LOG_T_LO = math.log(1e-6)
@@ -111,8 +119,7 @@ class MixtureNodes(NamedTuple):
 def mixture_nodes(mech: MixtureMechanism, direction: str, t) -> MixtureNodes:
     log_p, c, sigma = mech.mixture()
     b = c / sigma
-    lam = 1.0 + t if direction == "remove" else -t
-    sign = 1.0 if direction == "remove" else -1.0
+    lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
     rule = mixture_rule(lam, log_p, b, nodes_per_window=NODES_PER_WINDOW, half_width=HALF_WIDTH)
     log_c = lam * rule.log_r + rule.log_w
     log_c = log_c - jax.nn.logsumexp(log_c)

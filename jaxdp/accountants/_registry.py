@@ -43,6 +43,9 @@ class MethodInfo:
         direction decides the result, so skipping it is exact).
       calibration_nudge: for a certified method, the relative first move of a calibrated
         parameter before its certified check (about the method's slack over the estimate).
+      direction_as_data: ``log_delta`` and ``epsilon`` also accept ``direction`` as a boolean scalar
+        (True: add; possibly traced), so that both directions of an add-or-remove composition run
+        through one traced copy (a ``lax.scan`` over the two): half the program to compile.
       epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
         ``epsilon`` given the screen's epsilon of the same direction (already computed for the
         second direction; a method that uses it need not trace it again).
@@ -58,6 +61,7 @@ class MethodInfo:
     screen: str | None = None
     calibration_nudge: float = 3e-6
     epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
+    direction_as_data: bool = False
 
 
 _METHODS: dict[str, MethodInfo] = {}

@@ -4,7 +4,7 @@ Depends only on :mod:`jaxdp.numerics`.  The accountants use what is exported her
 nothing else (see the "Architecture" section of the README).
 """
 
-from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction
+from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction, by_direction, is_add
 from jaxdp.mechanisms._composition import (
     STACK_CAPACITY,
     Composition,
@@ -47,8 +47,10 @@ __all__ = [
     "MixtureOfGaussians",
     "PoissonSubsampledGaussian",
     "as_composition",
+    "by_direction",
     "component_posterior",
     "inverse_log_ratio",
+    "is_add",
     "is_stacked",
     "log_ratio",
     "mixture_log_ratio",

@@ -72,8 +72,33 @@ def _adjacency(value) -> Adjacency:
 
 
 def _check_direction(direction):
-    if direction not in ("remove", "add"):
-        raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}.")
+    if isinstance(direction, str):
+        if direction not in ("remove", "add"):
+            raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}.")
+        return
+    if not (hasattr(direction, "dtype") and jnp.shape(direction) == () and jnp.dtype(direction) == jnp.bool_):
+        raise ValueError(f"direction must be 'remove', 'add' or a boolean scalar (True: add), got {direction!r}.")
+
+
+def is_add(direction):
+    """``direction`` as a flag: a Python bool for ``"remove"``/``"add"``, else the boolean scalar as given
+    (possibly traced; True is add).  A traced flag lets one traced copy of an accountant serve both
+    directions (the entry points scan over ``[False, True]``)."""
+    _check_direction(direction)
+    return direction == "add" if isinstance(direction, str) else direction
+
+
+def by_direction(direction, remove, add):
+    """``remove`` or ``add`` (pytrees of one structure): chosen in Python for a string direction, by
+    ``jnp.where`` for a boolean array."""
+    flag = is_add(direction)
+    if isinstance(flag, bool):
+        return add if flag else remove
+    return jax.tree.map(lambda r, a: jnp.where(flag, a, r), remove, add)
+
+
+def is_static_direction(direction) -> bool:
+    return isinstance(direction, str)
 
 
 def _check_under(under):

@@ -15,6 +15,8 @@ from jaxdp.mechanisms._base import (
     _check_direction,
     _check_under,
     _f64,
+    by_direction,
+    is_static_direction,
 )
 from jaxdp.mechanisms._log_ratio import log_ratio
 from jaxdp.mechanisms._quadrature import (
@@ -30,6 +32,14 @@ from jaxdp.numerics import pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
 
+def _nodes_per_window(direction):
+    # remove: lam = 1 + t, positive for t > -1 (every accountant uses t > 0), where the integrand's features
+    # are at least unit-wide and fewer nodes suffice; a traced direction takes the larger rule of the two
+    if is_static_direction(direction) and direction == "remove":
+        return NODES_PER_WINDOW_POSITIVE
+    return NODES_PER_WINDOW
+
+
 class MixtureMechanism(AbstractMechanism):
     """Shared maths of mixture-of-Gaussians pairs; subclasses give the mixture."""
 
@@ -38,15 +48,13 @@ class MixtureMechanism(AbstractMechanism):
         raise NotImplementedError
 
     def _rule(self, lam, direction):
-        # remove: lam = 1 + t, positive for t > -1 (every accountant uses t > 0), where
-        # the integrand's features are at least unit-wide and fewer nodes suffice.
         log_p, c, s = self.mixture()
-        nodes = NODES_PER_WINDOW_POSITIVE if direction == "remove" else NODES_PER_WINDOW
-        return mixture_rule(jnp.real(lam), log_p, c / s, nodes_per_window=nodes)
+        return mixture_rule(jnp.real(lam), log_p, c / s, nodes_per_window=_nodes_per_window(direction))
 
     def cgf(self, t, direction="remove"):
         _check_direction(direction)
-        lam = 1.0 + jnp.asarray(t) if direction == "remove" else -jnp.asarray(t)
+        t = jnp.asarray(t)
+        lam = by_direction(direction, 1.0 + t, -t)
         return rule_log_moment(lam, self._rule(lam, direction))
 
     def gaussian_mu2(self):
@@ -60,16 +68,15 @@ class MixtureMechanism(AbstractMechanism):
         # L = -log R and E_P[e^{tL} g(L)] = E_Q[R^{-t} g(-log R)].
         _check_direction(direction)
         t = jnp.asarray(t)
-        lam, sign = (1.0 + t, 1.0) if direction == "remove" else (-t, -1.0)
+        lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
         return rule_tilted_abs_moment(lam, sign, self._rule(lam, direction))
 
     def checked_moments(self, t, direction="remove"):
         _check_direction(direction)
         t = _f64(t)
-        lam, sign = (1.0 + t, 1.0) if direction == "remove" else (-t, -1.0)
+        lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
         log_p, c, s = self.mixture()
-        nodes = NODES_PER_WINDOW_POSITIVE if direction == "remove" else NODES_PER_WINDOW
-        return checked_moments(lam, sign, log_p, c / s, nodes_per_window=nodes)
+        return checked_moments(lam, sign, log_p, c / s, nodes_per_window=_nodes_per_window(direction))
 
     def cgf_upper(self, t, direction="remove"):
         m = self.checked_moments(t, direction)
@@ -82,11 +89,11 @@ class MixtureMechanism(AbstractMechanism):
         _check_direction(direction)
         log_p, c, _ = self.mixture()
         present = log_p > -jnp.inf
-        if direction == "remove":  # log R grows without bound unless every present sensitivity is 0
-            return jnp.where(jnp.any(present & (c > 0)), jnp.inf, 0.0)
+        # remove: log R grows without bound unless every present sensitivity is 0
+        remove = jnp.where(jnp.any(present & (c > 0)), jnp.inf, 0.0)
         # add: L = -log R and R >= p_0 (the mass of the zero-sensitivity components)
-        log_p0 = jax.nn.logsumexp(jnp.where(c == 0, log_p, -jnp.inf))
-        return -log_p0
+        add = -jax.nn.logsumexp(jnp.where(c == 0, log_p, -jnp.inf))
+        return by_direction(direction, remove, add)
 
     def _log_ratio(self, x):
         log_p, c, s = self.mixture()
@@ -95,11 +102,13 @@ class MixtureMechanism(AbstractMechanism):
     def privacy_loss(self, x, direction="remove"):
         _check_direction(direction)
         lr = self._log_ratio(x)
-        return lr if direction == "remove" else -lr
+        return by_direction(direction, lr, -lr)
 
     def sample_output(self, key, shape=(), *, direction="remove", under="P"):
         _check_direction(direction)
         _check_under(under)
+        if not is_static_direction(direction):
+            raise ValueError("sample_output needs direction 'remove' or 'add' (a string), not a traced flag.")
         log_p, c, s = self.mixture()
         k_idx, k_z = jax.random.split(key)
         z = jax.random.normal(k_z, shape, dtype=jnp.float64) * s

@@ -27,6 +27,7 @@ from jaxdp.mechanisms import (
     UNROLL,
     Gaussian,
     MixtureMechanism,
+    by_direction,
     inverse_log_ratio,
     is_stacked,
     log_ratio,
@@ -71,16 +72,14 @@ def _lattice_index(lattice_size, coarse_size):
 
 def _loss_range(log_p, c, s, direction, z=Z_TAIL):
     """``(lowest, highest)`` loss over the covered output range (``P``-mass ``<= exp(-z^2 / 2) / 2`` beyond it)."""
-    if direction == "remove":
-        # P is the mixture: component i is covered to z_i deviations with p_i exp(-z_i^2 / 2) = exp(-z^2 / 2) / K,
-        # so the P-mass above is at most exp(-z^2 / 2) (rarer components need fewer deviations)
-        k = log_p.shape[0]
-        z_i = jnp.sqrt(jnp.maximum(z * z + 2.0 * (jnp.maximum(log_p, _NEG) + math.log(k)), 0.0))
-        xs = jnp.stack([-z * s, jnp.max(c + z_i * s)])
-        lo, hi = log_ratio(xs, log_p, c, s)
-        return lo, hi
-    xs = jnp.stack([z * s, -z * s])
-    lo, hi = -log_ratio(xs, log_p, c, s)
+    # remove: P is the mixture: component i is covered to z_i deviations with p_i exp(-z_i^2 / 2) =
+    # exp(-z^2 / 2) / K, so the P-mass above is at most exp(-z^2 / 2) (rarer components need fewer deviations);
+    # add: P = N(0, s^2), covered to z deviations, and L = -log R decreasing in the output
+    k = log_p.shape[0]
+    z_i = jnp.sqrt(jnp.maximum(z * z + 2.0 * (jnp.maximum(log_p, _NEG) + math.log(k)), 0.0))
+    xs = by_direction(direction, jnp.stack([-z * s, jnp.max(c + z_i * s)]), jnp.stack([z * s, -z * s]))
+    sign = by_direction(direction, 1.0, -1.0)
+    lo, hi = sign * log_ratio(xs, log_p, c, s)
     return lo, hi
 
 
@@ -212,7 +211,7 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
     c_max = jnp.max(c)
     s2 = s * s
     lp_max = jnp.max(jnp.where(log_p > _NEG, jnp.abs(log_p), 0.0))
-    sign = 1.0 if direction == "remove" else -1.0
+    sign = by_direction(direction, 1.0, -1.0)
     # loss error of a computed edge (logsumexp of terms of size |log p| + (c |x| + c^2) / s^2)
     eta = 16 * _U * (4.0 + jnp.abs(ell) + lp_max + 2.0 * (c_max * (c_max + _X_FAR * s) + c_max * c_max) / s2)
     x_raw = inverse_log_ratio(sign * (ell - eta), log_p, c, s)  # remove: increasing; add: decreasing
@@ -221,13 +220,13 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
     rho = 8 * _U * (4.0 + jnp.abs(realised) + lp_max + (c_max * jnp.abs(x) + c_max * c_max) / s2)
     interior = jax.lax.stop_gradient(jnp.isfinite(x_raw) & (x_raw == x))
     edges_ok = jnp.all(jnp.where(interior, (realised <= ell - rho) & (realised >= ell - 2.0 * eta + rho), True))
-    if direction == "remove":
-        edges = jnp.concatenate([(-_X_FAR * s)[None], x, (c_max + _X_FAR * s)[None]])
-        log_pm, log_qm, err_pm, err_qm = _interval_log_masses(edges, log_p, c, s)
-    else:
-        edges = jnp.concatenate([(-_X_FAR * s)[None], x[::-1], (c_max + _X_FAR * s)[None]])
-        log_qm, log_pm, err_qm, err_pm = _interval_log_masses(edges, log_p, c, s)
-        log_pm, log_qm, err_pm, err_qm = log_pm[::-1], log_qm[::-1], err_pm[::-1], err_qm[::-1]
+    # the edges in increasing output order (add: the loss decreases in the output); the masses of the
+    # mixture and of N(0, s^2) are P's and Q's (remove) or Q's and P's in reverse (add)
+    edges = jnp.concatenate([(-_X_FAR * s)[None], by_direction(direction, x, x[::-1]), (c_max + _X_FAR * s)[None]])
+    mix, base, err_mix, err_base = _interval_log_masses(edges, log_p, c, s)
+    log_pm, log_qm, err_pm, err_qm = by_direction(
+        direction, (mix, base, err_mix, err_base), (base[::-1], mix[::-1], err_base[::-1], err_mix[::-1])
+    )
     # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
     # P-masses inflated by their relative error bound (and the rounding of doing so)
     log_pm = log_pm - jnp.log1p(-err_pm) + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))

@@ -26,7 +26,7 @@ from jaxdp.accountants.certified._constants import (
     WINDOW_SDS_BELOW,
 )
 from jaxdp.accountants.certified._lattice import _grid, _lattice_index, _loss_range, _mixture_of, _step_pmf
-from jaxdp.mechanisms import Composition, log_ratio, scan_parts
+from jaxdp.mechanisms import Composition, by_direction, log_ratio, scan_parts
 
 
 def _fft_rho(num_bins):
@@ -54,7 +54,7 @@ def _fine_top(log_p, c, s, direction, t, n_total):
     loosen the bound (second order in their width, times that mass).  Under "add" the loss is bounded
     above and its top is where the mass is: the whole range stays fine.
     """
-    if direction != "remove":
+    if isinstance(direction, str) and direction != "remove":
         return jnp.inf
     tt = jnp.maximum(t, 0.0)
     ok = log_p > _NEG
@@ -62,7 +62,7 @@ def _fine_top(log_p, c, s, direction, t, n_total):
     z2 = 2.0 * (log_w - jax.nn.logsumexp(log_w) - math.log(FINE_TILTED_MASS) + jnp.log(n_total))
     x = jnp.max(jnp.where(ok & (z2 > 0), (1.0 + tt) * c + jnp.sqrt(jnp.maximum(z2, 0.0)) * s, -jnp.inf))
     x = jnp.where(jnp.isfinite(x), x, jnp.max(c) + _X_FAR * s)  # (the heaviest bump always qualifies)
-    return log_ratio(x[None], log_p, c, s)[0]
+    return by_direction(direction, log_ratio(x[None], log_p, c, s)[0], jnp.inf)
 
 
 def _tail_z(comp: Composition, log_delta_est):
