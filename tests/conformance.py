@@ -160,7 +160,11 @@ class AccountantConformance:
         for adj in ["remove", "add", "add_or_remove"]:
             m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05, adjacency=adj)
             vals[adj] = float(jaxdp.epsilon_for_delta(m, delta=1e-6, num_steps=200, method=self.method))
-        assert vals["add_or_remove"] == pytest.approx(max(vals["remove"], vals["add"]), rel=1e-12)
+        # add-or-remove runs both directions through one traced copy (the direction a traced flag, the remove
+        # quadrature on the add direction's node count), a single direction through the string path: two code
+        # paths that agree to the quadrature's accuracy (measured 8e-9 for saddlepoint-certified, <1e-13 else)
+        assert vals["add_or_remove"] == pytest.approx(max(vals["remove"], vals["add"]), rel=1e-7)
+        assert vals["remove"] != pytest.approx(vals["add"], rel=1e-2)  # the directions do differ here
 
     def test_heterogeneous_composition(self):
         parts = ((self.make(1.0, 0.01), 300), (self.make(2.0, 0.02), 200))

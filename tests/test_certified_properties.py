@@ -82,12 +82,10 @@ def _check(cases, methods, queries=("epsilon",)):
 
 
 def test_certified_is_above_an_independent_lower_bound():
-    """Default run: six seeded settings (two of each kind) through ``certified-fast``, the Poisson-subsampled
-    Gaussian ones through ``certified`` too."""
+    """Default run: six seeded settings (two of each kind) through ``certified-fast`` (``certified`` is the
+    same construction on a finer lattice; both run on the wide grid under ``-m slow``)."""
     cases = grid(seed=17, count=6)
-    n = _check(cases, ["certified-fast"])
-    n += _check([c for c in cases if c[0] == "psg"], ["certified"])
-    assert n == 8
+    assert _check(cases, ["certified-fast"]) == 6
 
 
 @pytest.mark.slow

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+import jaxdp
 from jaxdp.cli import main
 
 KEYS = {"epsilon", "delta", "method", "certified", "seconds"}
@@ -112,7 +113,8 @@ def test_characteristic_json_reports_the_certified_companion(capsys):
     assert out["method"] == "characteristic" and out["certified"] is False
     # reference oracle: 7.750759 (tests/reference_values.py)
     assert out["epsilon"] == pytest.approx(7.750759124755859, rel=1e-4)
-    assert out["certified_upper"] >= out["epsilon"]
+    # the certified companion: at or above the estimate and the oracle, within 5e-4 of the oracle
+    assert max(out["epsilon"], 7.750759124755859 - 1e-5) <= out["certified_upper"] <= 7.750759124755859 * (1 + 5e-4)
 
 
 def test_certified_is_the_default_and_says_so(capsys):
@@ -140,7 +142,7 @@ def test_calibrate_sigma_json(capsys):
     out = _json(capsys, argv.split())
     assert {"sigma", "epsilon_estimate", "epsilon_certified", "seconds"} <= set(out)
     assert out["sigma"] == pytest.approx(0.643334, rel=1e-4)  # the shared oracle's tight sigma
-    assert out["epsilon_certified"] <= 8.0 and out["certify"] == "certified-fast" and out["status"] == "ok"
+    assert 7.99 <= out["epsilon_certified"] <= 8.0 and out["certify"] == "certified-fast" and out["status"] == "ok"
 
 
 def test_calibrate_q_and_steps_human(capsys):
@@ -149,7 +151,12 @@ def test_calibrate_q_and_steps_human(capsys):
     text = capsys.readouterr().out
     assert "epsilon_certified" in text and "status            = ok" in text
     out = _json(capsys, f"{base} --solve-for steps --sigma 1.0 --q 0.01 --json".split())
-    assert out["steps"] >= 1 and out["epsilon_certified"] <= 3.0
+    # within the budget and near it (measured 2182 steps at a certified 2.9598; the certified check walks down
+    # from the estimate's root and stops at the first count that passes, not the largest: a few percent short)
+    assert 2000 <= out["steps"] <= 2300 and 2.9 <= out["epsilon_certified"] <= 3.0
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
+    again = jaxdp.epsilon_for_delta(m, num_steps=out["steps"], delta=1e-5, method="saddlepoint-certified")
+    assert float(again) == pytest.approx(out["epsilon_certified"], rel=1e-9)
 
 
 @pytest.mark.parametrize(
