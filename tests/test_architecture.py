@@ -218,3 +218,43 @@ def test_register_method_rejects_bad_infos():
     with pytest.raises(ValueError, match="unregistered method 'nope'"):
         jaxdp.register_method(orphan)
     assert "x" not in jaxdp.available_methods() and "y" not in jaxdp.available_methods()
+
+
+# -- the direction as data ----------------------------------------------------------------------------------
+
+_SEEN_DIRECTIONS: list = []
+
+
+def _string_only_mechanism():
+    """A third-party mechanism (a Poisson-subsampled Gaussian) written for string directions only."""
+    from typing import ClassVar
+
+    from jaxdp.numerics import pytree_dataclass
+
+    def recorded(name):
+        def method(self, t, direction="remove"):
+            _SEEN_DIRECTIONS.append(direction)
+            return getattr(jaxdp.PoissonSubsampledGaussian, name)(self, t, direction)
+
+        method.__name__ = name
+        return method
+
+    namespace = {n: recorded(n) for n in ("cgf", "cgf_upper", "checked_moments", "tilted_abs_moment")}
+    namespace["direction_as_data"] = False
+    namespace["__annotations__"] = {"direction_as_data": ClassVar[bool]}
+    cls = type("StringOnly", (jaxdp.PoissonSubsampledGaussian,), namespace)
+    return pytree_dataclass(data=("noise_multiplier", "sampling_prob"), static=("adjacency",))(cls)
+
+
+def test_a_mechanism_without_direction_as_data_gets_string_directions():
+    """Built-in methods scan over a traced direction only where every mechanism says it accepts one; a
+    third-party mechanism is called with "remove" and "add", and gives the built-in value."""
+    mech = _string_only_mechanism()(0.8, 0.05)
+    assert not mech.direction_as_data and jaxdp.PoissonSubsampledGaussian(0.8, 0.05).direction_as_data
+    _SEEN_DIRECTIONS.clear()
+    got = float(jaxdp.epsilon_for_delta(mech, delta=1e-6, num_steps=200, method="saddlepoint"))
+    assert all(isinstance(d, str) and d in ("remove", "add") for d in _SEEN_DIRECTIONS)
+    assert {d == "add" for d in _SEEN_DIRECTIONS} == {True, False}  # both directions, one at a time
+    builtin = jaxdp.PoissonSubsampledGaussian(0.8, 0.05)
+    want = float(jaxdp.epsilon_for_delta(builtin, delta=1e-6, num_steps=200, method="saddlepoint"))
+    assert got == pytest.approx(want, rel=1e-9)

@@ -91,8 +91,8 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
 
     With a ``screen`` method, a later direction is computed only where its
     cheap certified bound exceeds the value found so far (by ``given_screen(info)``, when
-    not None, which also receives that bound).  With ``info.direction_as_data`` the two
-    directions are the two steps of one ``lax.scan`` (one traced copy of the method).
+    not None, which also receives that bound).  Where the method and every mechanism take the direction
+    as data, the two directions are the two steps of one ``lax.scan`` (one traced copy of the method).
     """
     screen = None if info.screen is None else method_info(info.screen)
     reuse = given_screen(info) if (given_screen is not None and screen is not None) else None
@@ -111,7 +111,7 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
         )
         return _larger(worst, full)
 
-    if len(comp.directions) == 2 and info.direction_as_data:
+    if len(comp.directions) == 2 and info.direction_as_data and comp.direction_as_data:
         # remove, then add (the screen of the first compares with -inf: it is always computed)
         worst, _ = jax.lax.scan(
             lambda w, add: (one(w, comp, add, arg), None), jnp.asarray(-jnp.inf, jnp.float64), jnp.array([False, True])

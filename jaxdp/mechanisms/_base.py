@@ -118,6 +118,9 @@ class AbstractMechanism:
     """
 
     symmetric: ClassVar[bool] = False
+    #: its methods accept ``direction`` as a boolean scalar too (True: add; possibly traced), so the
+    #: accountants may run both directions through one traced copy (see ``MethodInfo.direction_as_data``)
+    direction_as_data: ClassVar[bool] = False
     adjacency: Adjacency
 
     def __init_subclass__(cls, **kwargs):

@@ -208,6 +208,10 @@ class Composition(AbstractMechanism):
         return all(m.symmetric for m in self.mechanisms)
 
     @property
+    def direction_as_data(self):  # type: ignore[override]
+        return all(m.direction_as_data for m in self.mechanisms)
+
+    @property
     def adjacency(self):  # type: ignore[override]
         adj = {m.adjacency for m in self.mechanisms if not m.symmetric}
         if len(adj) > 1:

@@ -40,6 +40,7 @@ class Gaussian(AbstractMechanism):
     noise_multiplier: float
     adjacency: Adjacency = Adjacency.ADD_OR_REMOVE
     symmetric: ClassVar[bool] = True
+    direction_as_data: ClassVar[bool] = True
 
     def __post_init__(self):
         _validate.positive("noise_multiplier", self.noise_multiplier)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +43,8 @@ def _nodes_per_window(direction):
 
 class MixtureMechanism(AbstractMechanism):
     """Shared maths of mixture-of-Gaussians pairs; subclasses give the mixture."""
+
+    direction_as_data: ClassVar[bool] = True
 
     def mixture(self):
         """Returns ``(log_p, c, sigma)`` as float64 arrays."""
