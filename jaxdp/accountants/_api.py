@@ -131,27 +131,78 @@ def _larger(a, b):
     return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, jnp.where(b > a, b, a))
 
 
-def log_delta_of_composition(comp: Composition, epsilon, method: str):
+def log_delta_of_composition(comp: Composition, epsilon, method: str, or_nan: bool = False):
+    """``log delta(eps)`` of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with
+    the method's ``log_delta_or_nan`` (NaN where it cannot vouch for its value)."""
     info = method_info(method)
-    log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, lambda i: i.log_delta), 0.0)
+    get = (lambda i: i.log_delta_or_nan) if or_nan else (lambda i: i.log_delta)
+    log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, get), 0.0)
     if info.certified:  # a bound that could not be evaluated is the vacuous delta = 1, never NaN
         log_delta = nan_to(log_delta, 0.0)
     ok = comp.valid() & jnp.isfinite(epsilon) & (epsilon >= 0)
     return jnp.where(ok, log_delta, jnp.nan)
 
 
-def epsilon_of_composition(comp: Composition, delta, method: str):
+def epsilon_of_composition(comp: Composition, delta, method: str, or_nan: bool = False):
+    """epsilon of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with the method's
+    ``epsilon_or_nan``."""
     info = method_info(method)
     ok = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
-    eps = _worst_direction(comp, log_delta, info, lambda i: i.epsilon, lambda i: i.epsilon_given_screen)
+    get = (lambda i: i.epsilon_or_nan) if or_nan else (lambda i: i.epsilon)
+    eps = _worst_direction(comp, log_delta, info, get, lambda i: i.epsilon_given_screen)
     if info.certified:  # likewise the vacuous epsilon = inf
         eps = nan_to(eps, jnp.inf)
     return jnp.where(ok, eps, jnp.nan)
 
 
-_log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method",))
-_epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method",))
+def _valid_query(comp, arg, name):
+    if name == "epsilon":
+        return comp.valid() & jnp.isfinite(arg) & (arg >= 0)
+    return comp.valid() & jnp.isfinite(arg) & (arg > 0) & (arg < 1)
+
+
+def _with_fallback(of_composition, name):
+    """The public entry points' program: the method where it vouches for its value, its
+    ``MethodInfo.fallback`` elsewhere (one ``lax.cond``; under ``vmap`` both run)."""
+
+    def program(comp, arg, method):
+        info = method_info(method)
+        value = of_composition(comp, arg, method, or_nan=True)
+        reliable = ~jnp.isnan(value) | ~_valid_query(comp, arg, name)
+        return jax.lax.cond(
+            jnp.all(reliable),
+            lambda c, a: value,
+            lambda c, a: jnp.where(reliable, value, of_composition(c, a, info.fallback)),
+            comp,
+            arg,
+        )
+
+    return program
+
+
+log_delta_with_fallback = _with_fallback(log_delta_of_composition, "epsilon")
+epsilon_with_fallback = _with_fallback(epsilon_of_composition, "delta")
+
+
+def _run(info, args, plain_jit, plain, with_fallback_jit, with_fallback):
+    """Runs an entry point's program.  With a fallback: traced inputs get one program (the cond); concrete
+    ones first the method alone, and the fallback's program only where needed (compiled only then)."""
+    if info.fallback is None:
+        return program_cache.call(plain_jit, plain, args, {"method": info.name})
+    if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
+        return program_cache.call(with_fallback_jit, with_fallback, args, {"method": info.name})
+    value = program_cache.call(plain_jit, plain, args, {"method": info.name, "or_nan": True})
+    if not bool(jnp.any(jnp.isnan(value))):
+        return value
+    backup = program_cache.call(plain_jit, plain, args, {"method": info.fallback})
+    return jnp.where(jnp.isnan(value), backup, value)
+
+
+_log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method", "or_nan"))
+_epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method", "or_nan"))
+_log_delta_fallback_jit = jax.jit(log_delta_with_fallback, static_argnames=("method",))
+_epsilon_fallback_jit = jax.jit(epsilon_with_fallback, static_argnames=("method",))
 
 
 @float64_entry
@@ -167,7 +218,14 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None
     _validate.nonnegative("epsilon", epsilon)
     info, comp = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(epsilon, jnp.float64))
-    return program_cache.call(_log_delta_jit, log_delta_of_composition, args, {"method": info.name})
+    return _run(
+        info,
+        args,
+        _log_delta_jit,
+        log_delta_of_composition,
+        _log_delta_fallback_jit,
+        log_delta_with_fallback,
+    )
 
 
 @float64_entry
@@ -246,7 +304,7 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
     _validate.open_unit("delta", delta)
     info, comp = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(delta, jnp.float64))
-    return program_cache.call(_epsilon_jit, epsilon_of_composition, args, {"method": info.name})
+    return _run(info, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit, epsilon_with_fallback)
 
 
 def _renyi_impl(comp: Composition, orders):

@@ -13,6 +13,7 @@ Derivation and guarantees: ``docs/accountants/characteristic.md``.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -204,6 +205,13 @@ def characteristic_terms(comp: Composition, direction: str, epsilon) -> Characte
     )
 
 
+def log_delta_characteristic_or_nan(comp, direction, epsilon):
+    """``log delta(eps)`` by the contour quadrature, NaN where it cannot vouch for its accuracy (the entry
+    points then answer with ``MethodInfo.fallback``)."""
+    r = characteristic_terms(comp, direction, epsilon)
+    return jnp.where(r.reliable, r.log_delta, jnp.nan)
+
+
 def log_delta_characteristic(comp, direction, epsilon):
     """``log delta(eps)`` by the contour quadrature (estimate, see the module docstring).
 
@@ -223,11 +231,12 @@ def _solve_on_contour(contour: _Contour, log_delta, lo, hi, x0):
     return solve_decreasing(g, lo, hi, x0=x0)
 
 
-def epsilon_characteristic(comp, direction, log_delta):
+def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
     """epsilon with ``delta(eps) = delta`` by the contour quadrature (estimate).
 
-    Falls back to the certified saddle-point epsilon where the quadrature is not reliable
-    (see :func:`log_delta_characteristic`).
+    Where the quadrature is not reliable (see :func:`log_delta_characteristic`) it falls back to the
+    certified saddle-point epsilon, or gives NaN with ``unreliable="nan"`` (the entry points' form:
+    they then answer with ``MethodInfo.fallback``).
     """
     sg_comp = jax.lax.stop_gradient(comp)
     # the certified saddle-point epsilon: the fallback, and (above the truth by a few percent
@@ -261,7 +270,7 @@ def epsilon_characteristic(comp, direction, log_delta):
     log_alias = _contour_alias(contour, eps_sg)
     ok = at_zero | _reliable(log_d, log_alias, _log_truncation(contour) + base, _log_chernoff(contour, eps_sg))
     ok = jax.lax.stop_gradient(ok)
-    return jnp.where(ok, eps, fallback)
+    return jnp.where(ok, eps, jnp.nan if unreliable == "nan" else fallback)
 
 
 METHODS = (
@@ -272,5 +281,8 @@ METHODS = (
         log_delta=log_delta_characteristic,
         epsilon=epsilon_characteristic,
         companion="certified",
+        fallback="certified",
+        log_delta_or_nan=log_delta_characteristic_or_nan,
+        epsilon_or_nan=functools.partial(epsilon_characteristic, unreliable="nan"),
     ),
 )

@@ -46,6 +46,9 @@ class MethodInfo:
       direction_as_data: ``log_delta`` and ``epsilon`` also accept ``direction`` as a boolean scalar
         (True: add; possibly traced), so that both directions of an add-or-remove composition run
         through one traced copy (a ``lax.scan`` over the two): half the program to compile.
+      fallback: for an estimate, the method the public entry points answer with where this one
+        cannot vouch for its value: ``log_delta_or_nan`` / ``epsilon_or_nan`` (the same functions,
+        NaN there) tell where.  Internal callers (the calibrators) use ``log_delta`` / ``epsilon``.
       epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
         ``epsilon`` given the screen's epsilon of the same direction (already computed for the
         second direction; a method that uses it need not trace it again).
@@ -62,6 +65,9 @@ class MethodInfo:
     calibration_nudge: float = 3e-6
     epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
     direction_as_data: bool = False
+    fallback: str | None = None
+    log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
+    epsilon_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
 
 
 _METHODS: dict[str, MethodInfo] = {}
@@ -99,7 +105,7 @@ def register_methods(infos) -> None:
         for field in ("log_delta", "epsilon", "supports"):
             if not callable(getattr(info, field)):
                 raise ValueError(f"MethodInfo.{field} of {info.name!r} must be callable.")
-        for field in ("companion", "screen"):
+        for field in ("companion", "screen", "fallback"):
             other = getattr(info, field)
             if other is not None and other not in names and other not in _METHODS:
                 raise ValueError(f"MethodInfo.{field} of {info.name!r} names an unregistered method {other!r}.")
