@@ -139,15 +139,14 @@ def log_delta_of_composition(comp: Composition, epsilon, method: str, or_nan: bo
     log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, get), 0.0)
     if info.certified:  # a bound that could not be evaluated is the vacuous delta = 1, never NaN
         log_delta = nan_to(log_delta, 0.0)
-    ok = comp.valid() & jnp.isfinite(epsilon) & (epsilon >= 0)
-    return jnp.where(ok, log_delta, jnp.nan)
+    return jnp.where(_valid_query(comp, epsilon, "epsilon"), log_delta, jnp.nan)
 
 
 def epsilon_of_composition(comp: Composition, delta, method: str, or_nan: bool = False):
     """epsilon of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with the method's
     ``epsilon_or_nan``."""
     info = method_info(method)
-    ok = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)
+    ok = _valid_query(comp, delta, "delta")
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
     get = (lambda i: i.epsilon_or_nan) if or_nan else (lambda i: i.epsilon)
     eps = _worst_direction(comp, log_delta, info, get, lambda i: i.epsilon_given_screen)
@@ -157,6 +156,7 @@ def epsilon_of_composition(comp: Composition, delta, method: str, or_nan: bool =
 
 
 def _valid_query(comp, arg, name):
+    """The traced inputs are in range: ``epsilon >= 0`` or ``0 < delta < 1``, finite, and a valid composition."""
     if name == "epsilon":
         return comp.valid() & jnp.isfinite(arg) & (arg >= 0)
     return comp.valid() & jnp.isfinite(arg) & (arg > 0) & (arg < 1)
