@@ -1,7 +1,7 @@
 """The package's layering and import rules, and a third-party accountant through ``register_method``.
 
 Layers (each may import only those below it): ``numerics`` < ``mechanisms`` < ``accountants`` <
-``calibration`` < ``cli``/``jaxdp`` (the public face).  A private name (leading underscore, a
+``calibration`` < ``training``/``interop`` < ``cli``/``jaxdp`` (the public face).  A private name (leading underscore, a
 module or an attribute) is used only inside its own package and its subpackages, except those of
 ``numerics``; an accountant uses another's public functions only (what they share is in ``_cgf``).
 """
@@ -20,7 +20,7 @@ import jaxdp
 from jaxdp.accountants import _registry
 
 ROOT = pathlib.Path(jaxdp.__file__).parent
-LAYERS = {"numerics": 0, "mechanisms": 1, "accountants": 2, "calibration": 3}
+LAYERS = {"numerics": 0, "mechanisms": 1, "accountants": 2, "calibration": 3, "training": 4, "interop": 4}
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -1,0 +1,190 @@
+"""Privacy spent by a training run, step by step, with a certified budget stop."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from jaxdp.accountants import epsilon_for_delta, method_info
+from jaxdp.mechanisms import Composition
+from jaxdp.numerics import validate as _validate
+
+#: The largest number of further steps :meth:`PrivacyTracker.steps_left` searches.
+MAX_STEPS = 10**7
+
+
+class PrivacyTracker:
+    """The privacy a DP-SGD run has spent, recorded step by step as it trains.
+
+    Each :meth:`record` is O(1) (runs of equal ``(noise_multiplier, sampling_prob)`` are one segment).  The
+    history is accounted as a stacked :class:`~jaxdp.Composition` (one compiled program for every schedule
+    of up to 128 segments, so new steps never recompile): :meth:`epsilon` is the certified bound,
+    :meth:`epsilon_estimate` the millisecond saddle-point estimate for progress bars.  With a
+    ``target_epsilon``, :meth:`steps_left` / :meth:`can_step` give the budget stop: it is computed with the
+    certified method once per change of hyperparameters, then checked in O(1) per step.
+
+    Args:
+      delta: the delta of the guarantee, in ``(0, 1)``.
+      target_epsilon: optional budget ``> 0`` for :meth:`steps_left` and :meth:`can_step`.
+      method: the certified accountant (default: the library default, ``"certified"``).
+      estimate_method: the accountant of :meth:`epsilon_estimate` (default ``"saddlepoint"``).
+      adjacency: ``"add_or_remove"`` (default), ``"remove"`` or ``"add"``.
+
+    Example:
+      >>> from jaxdp.training import PrivacyTracker
+      >>> tracker = PrivacyTracker(delta=1e-5, target_epsilon=2.0, method="rdp", estimate_method="rdp")
+      >>> for step in range(100):
+      ...     tracker.record(noise_multiplier=1.0, sampling_prob=0.01)
+      >>> tracker.num_steps, round(tracker.epsilon(), 3)
+      (100, 1.214)
+    """
+
+    def __init__(
+        self, *, delta, target_epsilon=None, method=None, estimate_method="saddlepoint", adjacency="add_or_remove"
+    ):
+        _validate.open_unit("delta", delta)
+        if target_epsilon is not None:
+            _validate.positive("target_epsilon", target_epsilon)
+        if method is not None and not method_info(method).certified:
+            raise ValueError(f"method must be a certified accountant (a proven bound), got {method!r}.")
+        method_info(estimate_method)  # unknown names raise here, not at the first query
+        self.delta = float(delta)
+        self.target_epsilon = None if target_epsilon is None else float(target_epsilon)
+        self.method = method
+        self.estimate_method = estimate_method
+        self.adjacency = adjacency
+        self._segments: list[list] = []  # [sigma, q, count]
+        # (sigma, q, the largest total number of steps within budget): valid while every step recorded since
+        # it was computed is at (sigma, q) -- ``record`` drops it otherwise
+        self._horizon: tuple | None = None
+
+    # -- recording -----------------------------------------------------------------------------------------
+
+    def record(self, *, noise_multiplier, sampling_prob, num_steps=1, sampling="poisson"):
+        """Records ``num_steps`` steps of ``PoissonSubsampledGaussian(noise_multiplier, sampling_prob)``.
+
+        ``sampling="fixed"`` (a fixed-size batch) raises: fixed-batch accounting is not built yet, and a fixed
+        batch is never accounted as if it were Poisson.
+        """
+        if sampling != "poisson":
+            raise ValueError(
+                f"sampling={sampling!r}: only Poisson sampling is accounted so far (fixed-size batches need the "
+                "fixed-batch mechanism, not built yet); jaxdp will not account them as Poisson."
+            )
+        sigma = float(noise_multiplier)
+        q = float(sampling_prob)
+        _validate.positive("noise_multiplier", sigma)
+        _validate.probability("sampling_prob", q)
+        _validate.num_steps("num_steps", num_steps)
+        n = int(num_steps)
+        if self._horizon is not None and self._horizon[:2] != (sigma, q):
+            self._horizon = None
+        if self._segments and self._segments[-1][0] == sigma and self._segments[-1][1] == q:
+            self._segments[-1][2] += n
+        else:
+            self._segments.append([sigma, q, n])
+
+    @property
+    def num_steps(self) -> int:
+        """Steps recorded so far."""
+        return sum(s[2] for s in self._segments)
+
+    @property
+    def num_segments(self) -> int:
+        """Runs of equal hyperparameters recorded so far."""
+        return len(self._segments)
+
+    def composition(self, extra=None) -> Composition:
+        """The recorded steps (and ``extra = (sigma, q, count)`` more) as a stacked :class:`~jaxdp.Composition`."""
+        segs = [*self._segments, *([] if extra is None else [list(extra)])]
+        if not segs:
+            raise ValueError("no steps recorded yet.")
+        arr = np.asarray(segs, dtype=np.float64)
+        return Composition.from_schedule(
+            noise_multipliers=arr[:, 0], sampling_probs=arr[:, 1], counts=arr[:, 2], adjacency=self.adjacency
+        )
+
+    # -- queries -------------------------------------------------------------------------------------------
+
+    def epsilon(self) -> float:
+        """The certified epsilon (a proven upper bound) of the steps recorded so far (0 before any)."""
+        if not self._segments:
+            return 0.0
+        return float(epsilon_for_delta(self.composition(), delta=self.delta, method=self.method))
+
+    def epsilon_estimate(self) -> float:
+        """The ``estimate_method`` epsilon of the steps so far (an estimate: for progress reports)."""
+        if not self._segments:
+            return 0.0
+        return float(epsilon_for_delta(self.composition(), delta=self.delta, method=self.estimate_method))
+
+    def steps_left(self, *, noise_multiplier, sampling_prob) -> int:
+        """The largest ``n >= 0`` such that ``n`` more steps at these hyperparameters keep the *certified*
+        epsilon within ``target_epsilon`` (at most ``MAX_STEPS``).
+
+        Computed with the certified method once per (hyperparameters, steps recorded) change of regime and
+        then kept: while the run records steps at the same hyperparameters the answer is updated in O(1).
+        """
+        if self.target_epsilon is None:
+            raise ValueError("steps_left needs a target_epsilon (PrivacyTracker(target_epsilon=...)).")
+        sigma, q = float(noise_multiplier), float(sampling_prob)
+        _validate.positive("noise_multiplier", sigma)
+        _validate.probability("sampling_prob", q)
+        if self._horizon is None or self._horizon[:2] != (sigma, q):
+            self._horizon = (sigma, q, self.num_steps + self._largest_within_budget(sigma, q))
+        return max(self._horizon[2] - self.num_steps, 0)
+
+    def can_step(self, *, noise_multiplier, sampling_prob) -> bool:
+        """Whether one more step at these hyperparameters stays within ``target_epsilon`` (certified)."""
+        return self.steps_left(noise_multiplier=noise_multiplier, sampling_prob=sampling_prob) >= 1
+
+    def _certified_with(self, sigma, q, n) -> float:
+        return float(epsilon_for_delta(self.composition((sigma, q, n)), delta=self.delta, method=self.method))
+
+    def _largest_within_budget(self, sigma, q) -> int:
+        target = self.target_epsilon
+        ok = lambda n: self._certified_with(sigma, q, n) <= target  # noqa: E731
+        if not ok(1):
+            return 0
+        # a first guess from the estimate (cheap), then the certified check brackets and bisects
+        guess = max(1, min(self._estimate_guess(sigma, q), MAX_STEPS))
+        lo, hi = (1, None)
+        if ok(guess):
+            lo, step = guess, max(1, guess // 64)
+            while hi is None:
+                cand = min(lo + step, MAX_STEPS)
+                if cand == lo:
+                    return lo
+                if ok(cand):
+                    lo, step = cand, step * 2
+                else:
+                    hi = cand
+        else:
+            hi, step = guess, max(1, guess // 64)
+            while True:
+                cand = max(hi - step, 1)
+                if cand == 1 or ok(cand):
+                    lo = cand
+                    break
+                hi, step = cand, step * 2
+        while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
+        return lo
+
+    def _estimate_guess(self, sigma, q) -> int:
+        est = lambda n: float(  # noqa: E731
+            epsilon_for_delta(self.composition((sigma, q, n)), delta=self.delta, method=self.estimate_method)
+        )
+        lo, hi = 1, 2
+        while hi < MAX_STEPS and est(hi) <= self.target_epsilon:
+            lo, hi = hi, hi * 2
+        while hi - lo > max(1, lo // 1000):
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if est(mid) <= self.target_epsilon else (lo, mid)
+        return lo
+
+    def __repr__(self):
+        return (
+            f"PrivacyTracker(delta={self.delta:g}, num_steps={self.num_steps}, num_segments={self.num_segments}, "
+            f"target_epsilon={self.target_epsilon})"
+        )
