@@ -60,8 +60,9 @@ def make_steps(pure_loss, data, *, num_examples, sampling_prob, l2_norm_clip, no
     """The jitted private and non-private train steps (the same Poisson batches, the same optimizer)."""
     expected = sampling_prob * num_examples
 
+    # the data are an argument, not a closure: a closed-over array would be baked into the program as a constant
     @jax.jit
-    def private_step(params, opt_state, key):
+    def private_step(params, opt_state, key, data):
         k_sample, k_noise = jax.random.split(key)
         sample = poisson_sample(k_sample, num_examples=num_examples, sampling_prob=sampling_prob)
         grad, stats = private_grad(
@@ -78,7 +79,7 @@ def make_steps(pure_loss, data, *, num_examples, sampling_prob, l2_norm_clip, no
         return optax.apply_updates(params, updates), opt_state, stats["loss"]
 
     @jax.jit
-    def plain_step(params, opt_state, key):
+    def plain_step(params, opt_state, key, data):
         sample = poisson_sample(key, num_examples=num_examples, sampling_prob=sampling_prob)
         batch = jax.tree_util.tree_map(lambda a: a[sample.indices], data)
 
@@ -90,7 +91,7 @@ def make_steps(pure_loss, data, *, num_examples, sampling_prob, l2_norm_clip, no
         updates, opt_state = opt.update(grad, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
-    return private_step, plain_step
+    return (lambda p, o, k: private_step(p, o, k, data)), (lambda p, o, k: plain_step(p, o, k, data))
 
 
 def accuracy(merge, params, test):

@@ -329,3 +329,21 @@ def test_the_accountant_runs_inside_a_jitted_train_step_with_x64_off():
         )
     )
     assert float(eps) == pytest.approx(ref, rel=1e-6) and float(eps) >= np.float32(ref)
+
+
+def test_linen_models_need_no_adapter():
+    from flax import linen as nn
+
+    model = nn.Dense(2)
+    params = model.init(jax.random.key(0), jnp.ones(3))
+
+    def loss(p, ex):
+        return jnp.sum((model.apply(p, ex["x"]) - ex["y"]) ** 2)
+
+    data = {"x": jax.random.normal(jax.random.key(1), (20, 3)), "y": jnp.zeros((20, 2))}
+    s = BatchSample(jnp.arange(20), jnp.arange(20) < 15, jnp.int32(15))
+    total, stats = jax.jit(lambda p: clipped_grad_sum(loss, p, data, s, l2_norm_clip=0.5, microbatch_size=8))(params)
+    direct, _ = clip_per_example(per_example_grads(loss, params, data), l2_norm_clip=0.5, mask=s.mask)
+    for a, b in zip(jax.tree_util.tree_leaves(total), jax.tree_util.tree_leaves(direct)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b).sum(axis=0), rtol=1e-5, atol=1e-6)
+    assert int(stats["size"]) == 15
