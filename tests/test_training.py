@@ -347,3 +347,21 @@ def test_linen_models_need_no_adapter():
     for a, b in zip(jax.tree_util.tree_leaves(total), jax.tree_util.tree_leaves(direct)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b).sum(axis=0), rtol=1e-5, atol=1e-6)
     assert int(stats["size"]) == 15
+
+
+@pytest.mark.parametrize(
+    ("sigma", "q", "target"),
+    [(1.0, 0.01, 2.0), (3.0, 0.1, 0.9), (0.8, 0.5, 0.5), (2.0, 0.001, 0.05), (0.7, 0.02, 30.0)],
+)
+def test_steps_left_is_the_largest_count_within_budget(sigma, q, target):
+    tracker = PrivacyTracker(delta=1e-6, target_epsilon=target, method="rdp")
+    n = tracker.steps_left(noise_multiplier=sigma, sampling_prob=q)
+
+    def eps(k):
+        m = jaxdp.PoissonSubsampledGaussian(sigma, q)
+        return float(jaxdp.epsilon_for_delta(m, num_steps=k, delta=1e-6, method="rdp"))
+
+    if n == 0:
+        assert eps(1) > target
+    else:
+        assert eps(n) <= target < eps(n + 1), (n, eps(n), eps(n + 1))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from jaxdp.accountants import epsilon_for_delta, method_info
@@ -141,16 +143,19 @@ class PrivacyTracker:
         return float(epsilon_for_delta(self.composition((sigma, q, n)), delta=self.delta, method=self.method))
 
     def _largest_within_budget(self, sigma, q) -> int:
+        """The largest n with certified epsilon(history + n steps) <= target: a guess from the estimate, one
+        secant step on the certified value, then the certified check brackets (usually n and n + 1) and bisects."""
         target = self.target_epsilon
-        ok = lambda n: self._certified_with(sigma, q, n) <= target  # noqa: E731
-        if not ok(1):
-            return 0
-        # a first guess from the estimate (cheap), then the certified check brackets and bisects
-        guess = max(1, min(self._estimate_guess(sigma, q), MAX_STEPS))
-        lo, hi = (1, None)
-        if ok(guess):
-            lo, step = guess, max(1, guess // 64)
-            while hi is None:
+        cert = lambda n: self._certified_with(sigma, q, n)  # noqa: E731
+        ok = lambda n: cert(n) <= target  # noqa: E731
+        guess, slope = self._estimate_guess(sigma, q)
+        c = cert(guess)
+        n1 = guess
+        if math.isfinite(c) and slope > 0:  # the certified curve runs parallel to the estimate near the guess
+            n1 = int(min(max(guess + math.floor((target - c) / slope), 1), MAX_STEPS))
+        if ok(n1):
+            lo, hi, step = n1, None, 1
+            while hi is None:  # gallop up
                 cand = min(lo + step, MAX_STEPS)
                 if cand == lo:
                     return lo
@@ -159,29 +164,42 @@ class PrivacyTracker:
                 else:
                     hi = cand
         else:
-            hi, step = guess, max(1, guess // 64)
-            while True:
-                cand = max(hi - step, 1)
-                if cand == 1 or ok(cand):
+            lo, hi, step = None, n1, 1
+            while lo is None:  # gallop down
+                cand = hi - step
+                if cand < 1:
+                    if not ok(1):
+                        return 0
+                    lo = 1
+                elif ok(cand):
                     lo = cand
-                    break
-                hi, step = cand, step * 2
+                else:
+                    hi, step = cand, step * 2
         while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
 
-    def _estimate_guess(self, sigma, q) -> int:
-        est = lambda n: float(  # noqa: E731
-            epsilon_for_delta(self.composition((sigma, q, n)), delta=self.delta, method=self.estimate_method)
-        )
+    def _estimate_guess(self, sigma, q):
+        """``(n, slope)``: the largest n whose estimate is within the target (to 0.5 %), and the estimate's slope
+        in n there."""
+        cache: dict = {}
+
+        def est(n):
+            if n not in cache:
+                comp = self.composition((sigma, q, n))
+                cache[n] = float(epsilon_for_delta(comp, delta=self.delta, method=self.estimate_method))
+            return cache[n]
+
         lo, hi = 1, 2
         while hi < MAX_STEPS and est(hi) <= self.target_epsilon:
             lo, hi = hi, hi * 2
-        while hi - lo > max(1, lo // 1000):
+        hi = min(hi, MAX_STEPS)
+        while hi - lo > max(1, lo // 200):
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if est(mid) <= self.target_epsilon else (lo, mid)
-        return lo
+        slope = (est(hi) - est(lo)) / (hi - lo) if hi > lo else math.nan
+        return lo, slope if math.isfinite(slope) else math.nan
 
     def __repr__(self):
         return (
