@@ -55,6 +55,7 @@ class PrivacyTracker:
         self.estimate_method = estimate_method
         self.adjacency = adjacency
         self._segments: list[list] = []  # [sigma, q, count]
+        self._total = 0
         # (sigma, q, the largest total number of steps within budget): valid while every step recorded since
         # it was computed is at (sigma, q) -- ``record`` drops it otherwise
         self._horizon: tuple | None = None
@@ -74,21 +75,27 @@ class PrivacyTracker:
             )
         sigma = float(noise_multiplier)
         q = float(sampling_prob)
+        last = self._segments[-1] if self._segments else None
+        if num_steps == 1 and type(num_steps) is int and last is not None and last[0] == sigma and last[1] == q:
+            last[2] += 1  # the per-step fast path: these values were checked when the segment began
+            self._total += 1
+            return
         _validate.positive("noise_multiplier", sigma)
         _validate.probability("sampling_prob", q)
         _validate.num_steps("num_steps", num_steps)
         n = int(num_steps)
         if self._horizon is not None and self._horizon[:2] != (sigma, q):
             self._horizon = None
-        if self._segments and self._segments[-1][0] == sigma and self._segments[-1][1] == q:
-            self._segments[-1][2] += n
+        if last is not None and last[0] == sigma and last[1] == q:
+            last[2] += n
         else:
             self._segments.append([sigma, q, n])
+        self._total += n
 
     @property
     def num_steps(self) -> int:
         """Steps recorded so far."""
-        return sum(s[2] for s in self._segments)
+        return self._total
 
     @property
     def num_segments(self) -> int:
@@ -129,6 +136,8 @@ class PrivacyTracker:
         if self.target_epsilon is None:
             raise ValueError("steps_left needs a target_epsilon (PrivacyTracker(target_epsilon=...)).")
         sigma, q = float(noise_multiplier), float(sampling_prob)
+        if self._horizon is not None and self._horizon[:2] == (sigma, q):  # the per-step fast path
+            return max(self._horizon[2] - self._total, 0)
         _validate.positive("noise_multiplier", sigma)
         _validate.probability("sampling_prob", q)
         if self._horizon is None or self._horizon[:2] != (sigma, q):
