@@ -365,3 +365,12 @@ def test_steps_left_is_the_largest_count_within_budget(sigma, q, target):
         assert eps(1) > target
     else:
         assert eps(n) <= target < eps(n + 1), (n, eps(n), eps(n + 1))
+
+
+def test_a_single_run_is_accounted_as_the_mechanism_and_equals_a_one_segment_stack():
+    tracker = PrivacyTracker(delta=1e-5, method="rdp", estimate_method="saddlepoint")
+    tracker.record(noise_multiplier=1.1, sampling_prob=0.01, num_steps=700)
+    tracker.record(noise_multiplier=1.1, sampling_prob=0.01)
+    stack = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 701))
+    for method, got in (("rdp", tracker.epsilon()), ("saddlepoint", tracker.epsilon_estimate())):
+        assert got == pytest.approx(float(jaxdp.epsilon_for_delta(stack, delta=1e-5, method=method)), rel=1e-9)

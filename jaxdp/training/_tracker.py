@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from jaxdp.accountants import epsilon_for_delta, method_info
-from jaxdp.mechanisms import Composition
+from jaxdp.mechanisms import Composition, PoissonSubsampledGaussian
 from jaxdp.numerics import validate as _validate
 
 #: The largest number of further steps :meth:`PrivacyTracker.steps_left` searches.
@@ -114,17 +114,28 @@ class PrivacyTracker:
 
     # -- queries -------------------------------------------------------------------------------------------
 
+    def _epsilon(self, method, extra=None) -> float:
+        segs = [*self._segments, *([] if extra is None else [list(extra)])]
+        if len(segs) == 1 or (len(segs) == 2 and segs[0][:2] == segs[1][:2]):
+            # one run of equal steps: the mechanism itself (the same value as a one-segment stack, a smaller
+            # program and a 2-3x cheaper query)
+            sigma, q = segs[0][:2]
+            mech = PoissonSubsampledGaussian(sigma, q, adjacency=self.adjacency)
+            n = sum(sg[2] for sg in segs)
+            return float(epsilon_for_delta(mech, num_steps=n, delta=self.delta, method=method))
+        return float(epsilon_for_delta(self.composition(extra), delta=self.delta, method=method))
+
     def epsilon(self) -> float:
         """The certified epsilon (a proven upper bound) of the steps recorded so far (0 before any)."""
         if not self._segments:
             return 0.0
-        return float(epsilon_for_delta(self.composition(), delta=self.delta, method=self.method))
+        return self._epsilon(self.method)
 
     def epsilon_estimate(self) -> float:
         """The ``estimate_method`` epsilon of the steps so far (an estimate: for progress reports)."""
         if not self._segments:
             return 0.0
-        return float(epsilon_for_delta(self.composition(), delta=self.delta, method=self.estimate_method))
+        return self._epsilon(self.estimate_method)
 
     def steps_left(self, *, noise_multiplier, sampling_prob) -> int:
         """The largest ``n >= 0`` such that ``n`` more steps at these hyperparameters keep the *certified*
@@ -149,7 +160,7 @@ class PrivacyTracker:
         return self.steps_left(noise_multiplier=noise_multiplier, sampling_prob=sampling_prob) >= 1
 
     def _certified_with(self, sigma, q, n) -> float:
-        return float(epsilon_for_delta(self.composition((sigma, q, n)), delta=self.delta, method=self.method))
+        return self._epsilon(self.method, (sigma, q, n))
 
     def _largest_within_budget(self, sigma, q) -> int:
         """The largest n with certified epsilon(history + n steps) <= target: a guess from the estimate, one
@@ -196,8 +207,7 @@ class PrivacyTracker:
 
         def est(n):
             if n not in cache:
-                comp = self.composition((sigma, q, n))
-                cache[n] = float(epsilon_for_delta(comp, delta=self.delta, method=self.estimate_method))
+                cache[n] = self._epsilon(self.estimate_method, (sigma, q, n))
             return cache[n]
 
         lo, hi = 1, 2
