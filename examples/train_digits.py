@@ -147,6 +147,7 @@ def run(setting, train, test, args, progress=True):
             tracker.record(noise_multiplier=sigma, sampling_prob=q)
             tracker_seconds += time.perf_counter() - t
         if step % steps_per_epoch == 0 or step == num_steps:
+            jax.block_until_ready(params)  # (dispatch is asynchronous: finish the step before timing the tracker)
             t = time.perf_counter()
             eps = tracker.epsilon_estimate() if tracker is not None else float("inf")
             tracker_seconds += time.perf_counter() - t
