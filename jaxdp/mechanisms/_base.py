@@ -76,7 +76,7 @@ def _check_direction(direction):
         if direction not in ("remove", "add"):
             raise ValueError(f"direction must be 'remove' or 'add', got {direction!r}.")
         return
-    if not (hasattr(direction, "dtype") and jnp.shape(direction) == () and jnp.dtype(direction) == jnp.bool_):
+    if not (hasattr(direction, "dtype") and jnp.shape(direction) == () and direction.dtype == jnp.bool_):
         raise ValueError(f"direction must be 'remove', 'add' or a boolean scalar (True: add), got {direction!r}.")
 
 

@@ -176,15 +176,15 @@ class Composition(AbstractMechanism):
         from jaxdp.mechanisms._mixture import PoissonSubsampledGaussian
 
         sig = noise_multipliers
-        n = jnp.shape(sig)[0] if jnp.ndim(sig) == 1 else None
+        n = np.shape(sig)[0] if np.ndim(sig) == 1 else None
         if n is None or n == 0:
-            raise ValueError(f"noise_multipliers must be a non-empty 1-D array, got shape {jnp.shape(sig)}.")
+            raise ValueError(f"noise_multipliers must be a non-empty 1-D array, got shape {np.shape(sig)}.")
         qs = sampling_probs
-        if qs is not None and jnp.shape(qs) != (n,):
-            raise ValueError(f"sampling_probs must have the shape of noise_multipliers ({n},), got {jnp.shape(qs)}.")
+        if qs is not None and np.shape(qs) != (n,):
+            raise ValueError(f"sampling_probs must have the shape of noise_multipliers ({n},), got {np.shape(qs)}.")
         cs = np.ones(n, dtype=np.int64) if counts is None else counts
-        if jnp.shape(cs) != (n,):
-            raise ValueError(f"counts must have the shape of noise_multipliers ({n},), got {jnp.shape(cs)}.")
+        if np.shape(cs) != (n,):
+            raise ValueError(f"counts must have the shape of noise_multipliers ({n},), got {np.shape(cs)}.")
         values = [sig] + ([] if qs is None else [qs])
         if all(_concrete(v) for v in values) and _concrete(cs):
             arrs = [np.asarray(v, dtype=np.float64) for v in values]
