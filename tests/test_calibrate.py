@@ -98,9 +98,27 @@ def test_sampling_prob_and_steps_for_the_reference_budget():
     n = float(r.num_steps)
     assert n == int(n) and n in (1999.0, 2000.0)
     assert float(r.epsilon_certified) <= 8.0
-    # the largest: one more step is over budget by the certified accountant
+    # the largest: one more step is over budget by the check's accountant (certified-fast; the tighter
+    # "certified" puts 2000 steps at 7.999999)
     m = jaxdp.PoissonSubsampledGaussian(reference_values.SIGMA_STAR_EPS8, 0.01)
-    assert float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=int(n) + 1, method="certified")) > 8.0
+    assert float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=int(n) + 1, method=r.certify)) > 8.0
+
+
+def test_num_steps_is_the_largest_count_the_certified_check_passes():
+    """One more step than the answer fails the certified check (its own accountant, called directly).
+
+    Regression: the count was the first to pass while stepping down from the estimate's, by a
+    conservative multiple of the gap: 2182 for the first budget, where 2259 passes (and 1757965
+    for the second, where 1758644 passes).
+    """
+    for target, sigma, q in [(3.0, 1.0, 0.01), (1.0, 5.0, 0.001), (0.3, 2.0, 0.02)]:
+        kw = {"noise_multiplier": sigma, "sampling_prob": q}
+        r = jaxdp.calibrate_num_steps(target_epsilon=target, delta=1e-5, **kw, **CHEAP)
+        n = int(r.num_steps)
+        assert int(r.status) == 0 and float(r.num_steps) == n and float(r.epsilon_certified) <= target
+        m = jaxdp.PoissonSubsampledGaussian(sigma, q)
+        eps = [float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=k, method=r.certify)) for k in (n, n + 1)]
+        assert eps[0] <= target < eps[1]
 
 
 def test_rdp_calibration_of_the_peer_is_looser():

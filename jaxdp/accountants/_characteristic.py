@@ -205,23 +205,26 @@ def characteristic_terms(comp: Composition, direction: str, epsilon) -> Characte
     )
 
 
-def log_delta_characteristic_or_nan(comp, direction, epsilon):
-    """``log delta(eps)`` by the contour quadrature, NaN where it cannot vouch for its accuracy (the entry
-    points then answer with ``MethodInfo.fallback``)."""
-    r = characteristic_terms(comp, direction, epsilon)
-    return jnp.where(r.reliable, r.log_delta, jnp.nan)
-
-
-def log_delta_characteristic(comp, direction, epsilon):
+def log_delta_characteristic(comp, direction, epsilon, unreliable="fallback"):
     """``log delta(eps)`` by the contour quadrature (estimate, see the module docstring).
 
     Where the quadrature cannot vouch for its accuracy (``reliable`` is false: few steps
     with a tiny sampling rate, whose privacy-loss law has a spike too narrow for the
-    contour) the certified saddle-point bound is returned instead.
+    contour) the certified saddle-point bound is returned instead, or NaN with
+    ``unreliable="nan"`` (see :func:`log_delta_characteristic_or_nan`).
     """
     r = characteristic_terms(comp, direction, epsilon)
-    fallback = _saddlepoint.log_delta_saddlepoint_upper(comp, direction, epsilon)
+    if unreliable == "nan":
+        fallback = jnp.nan
+    else:
+        fallback = _saddlepoint.log_delta_saddlepoint_upper(comp, direction, epsilon)
     return jnp.where(r.reliable, r.log_delta, fallback)
+
+
+def log_delta_characteristic_or_nan(comp, direction, epsilon):
+    """``log delta(eps)`` by the contour quadrature, NaN where it cannot vouch for its accuracy (the entry
+    points then answer with ``MethodInfo.fallback``)."""
+    return log_delta_characteristic(comp, direction, epsilon, unreliable="nan")
 
 
 def _solve_on_contour(contour: _Contour, log_delta, lo, hi, x0):

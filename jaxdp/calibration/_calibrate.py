@@ -13,7 +13,8 @@ Each calibration is two solves, both compiled:
    coarser lattice, a proven bound) and moved, by the least amount the measured
    slack calls for, until the certified epsilon is at most the target.  The
    parameter is first moved by the certified method's ``calibration_nudge`` (about the check's slack), so
-   that one certified evaluation usually suffices.
+   that one certified evaluation usually suffices.  The number of steps is the largest whole count
+   that passes, between a passing and a failing count (usually the estimate's count and the next).
 
 Gradients of the calibrated value with respect to the target epsilon, delta
 and the fixed hyperparameters are implicit (implicit function theorem on the
@@ -229,6 +230,50 @@ def _certify(eps_cert, x, target, max_x, nudge):
     state = (0, x, jnp.asarray(0.0, jnp.float64), jnp.asarray(max_x, jnp.float64), inf, jnp.array(False))
     i, _, _, b, eb, have_b = jax.lax.while_loop(cond, body, state)
     return b, eb, i, have_b
+
+
+def _largest_certified_count(eps_cert, n, target, max_steps):
+    """The largest whole count ``m <= max_steps`` whose certified epsilon ``eps_cert(m)`` is at most ``target``.
+
+    Epsilon increases with the count; ``n`` (the estimate's answer) is checked first.  A bracket
+    ``lo < hi`` of a passing and a failing count (``0`` and ``max_steps + 1`` while none is known)
+    is narrowed until the two are consecutive: below a failing count, or above a passing one, by
+    the measured gap (epsilon grows at least like ``sqrt(steps)`` in this regime, so a move of
+    1.5 x 2 x gap x count crosses the target); between the two, by secant steps on the log-gap in
+    ``log count`` (epsilon is close to a power of the count there).  Usually two evaluations:
+    ``n``, then ``n + 1``.  Returns ``(count, certified eps, evaluations, ok)``: the largest passing
+    count found; 0 when even one step fails; the smallest failing count, with ``ok`` false, when
+    none passed within ``CERTIFY_ROUNDS``.
+    """
+
+    def gap(e):
+        return jnp.where(jnp.isfinite(e), _log_gap(e, target), 1.0)
+
+    def cond(state):
+        i, lo, _, hi, _ = state
+        return (i < CERTIFY_ROUNDS) & (hi - lo > 1)
+
+    def body(state):
+        i, lo, e_lo, hi, e_hi = state
+        g_lo, g_hi = gap(e_lo), gap(e_hi)
+        down = hi - jnp.maximum(1.0, jnp.ceil(-hi * jnp.expm1(-3.0 * g_hi)))
+        up = lo + jnp.maximum(1.0, jnp.ceil(lo * jnp.expm1(-3.0 * g_lo)))
+        w = -g_lo / (g_hi - g_lo)
+        w = jnp.where(jnp.isfinite(w) & jnp.isfinite(e_hi), w, 0.5)  # bisection where a gap is not measured
+        log_lo = jnp.log(jnp.maximum(lo, 1.0))
+        secant = jnp.floor(jnp.exp(log_lo + w * (jnp.log(hi) - log_lo)))
+        m = jnp.where(lo < 1, down, jnp.where(hi > max_steps, up, secant))
+        m = jnp.clip(jnp.where(i == 0, n, m), lo + 1, hi - 1)
+        e = eps_cert(m)
+        ok = e <= target
+        return i + 1, jnp.where(ok, m, lo), jnp.where(ok, e, e_lo), jnp.where(ok, hi, m), jnp.where(ok, e_hi, e)
+
+    inf = jnp.asarray(jnp.inf, jnp.float64)
+    state = (0, jnp.asarray(0.0, jnp.float64), inf, max_steps + 1.0, inf)
+    i, lo, e_lo, hi, e_hi = jax.lax.while_loop(cond, body, state)
+    found = lo >= 1
+    count = jnp.where(found, lo, jnp.where(hi <= 1, 0.0, hi))
+    return count, jnp.where(found, e_lo, e_hi), i, found
 
 
 # -- the search -----------------------------------------------------------------------------------
@@ -572,28 +617,14 @@ def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
     n = jnp.where(at_max, max_steps, jnp.maximum(jnp.floor(jnp.exp(u) * (1 + 1e-12)), 1.0))
 
     if certify is None:
-        eps_c, rounds, ok = jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True)
+        eps_c, rounds, ok, at_limit = jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True), at_max
     else:
-        # step down until the certified epsilon fits: floor(n) first, then by the measured gap
-        # (eps grows at least like sqrt(steps) in this regime, so the step is 1.5 x 2 x gap x n)
-
-        def cond(state):
-            i, m, e = state
-            return (i < CERTIFY_ROUNDS) & ~(e <= target) & (m >= 1)
-
-        def body(state):
-            i, m, e = state
-            gap = jnp.where(jnp.isfinite(e), _log_gap(e, target), 1.0)
-            down = jnp.where(i == 0, 0.0, jnp.maximum(1.0, jnp.ceil(m * (1.0 - jnp.exp(-3.0 * gap)))))
-            m_new = m - down
-            return i + 1, m_new, eps(jnp.maximum(m_new, 1.0), certify)
-
-        rounds, n, eps_c = jax.lax.while_loop(cond, body, (0, n, jnp.asarray(jnp.inf, jnp.float64)))
-        ok = eps_c <= target
+        n, eps_c, rounds, ok = _largest_certified_count(lambda m: eps(m, certify), n, target, max_steps)
         infeasible = infeasible | (n < 1)
+        at_limit = ok & (n >= max_steps)
     eps_e = _estimate_at(jnp.log(jnp.maximum(n, 1.0)), root, target, lambda v: eps(jnp.exp(v), method))
     n = jnp.where(infeasible, jnp.nan, n)
-    return n, eps_e, eps_c, root.iterations + rounds, _status(infeasible, ok, at_max)
+    return n, eps_e, eps_c, root.iterations + rounds, _status(infeasible, ok, at_limit)
 
 
 @float64_entry(rounding=_rounding)
