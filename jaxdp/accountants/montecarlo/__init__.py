@@ -1,0 +1,11 @@
+"""Monte Carlo accounting (Wang, Mahloujifar, Wu, Jia, Mittal 2023): estimates of delta(eps) and eps(delta)
+with importance sampling by exponential tilting, online curves, the Monte Carlo DP verifier and
+estimate-verify-release.
+
+Depends on :mod:`jaxdp.mechanisms` and :mod:`jaxdp.numerics`.  Its numbers are *estimates* with
+standard errors (the verifier's verdict carries a stated false-positive rate), never bounds.
+"""
+
+from jaxdp.accountants.montecarlo._estimate import MonteCarloEstimate, montecarlo_delta, montecarlo_epsilon
+
+__all__ = ["MonteCarloEstimate", "montecarlo_delta", "montecarlo_epsilon"]

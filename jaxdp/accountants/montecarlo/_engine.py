@@ -1,0 +1,158 @@
+"""The sampling engine: chunks of samples of the composed privacy loss, reduced to sums.
+
+``delta(eps) = E_P[(1 - e^{eps - L})_+]`` is estimated from ``num_samples`` independent draws of the
+``T``-step output, in chunks of ``CHUNK`` samples (and blocks of at most ``BLOCK`` steps), so memory
+is ``O(CHUNK x BLOCK)`` whatever the number of samples or steps.  Chunk ``c`` draws its randomness
+from ``fold_in(key, c)`` alone: the estimate does not depend on how chunks are spread over devices
+(``shard_map`` over all local devices) and is summed in chunk order.
+
+Estimators (``log w`` is the log importance weight, ``dP/dG`` for the proposal ``G``):
+
+* ``"simple"``: ``G = P`` (Def. 11 of Wang et al. 2023).
+* ``"tilted"``: every step drawn from its exponential tilt ``P_theta`` (in the output ``x``), each
+  step's ``theta`` such that its tilted mean loss is the saddle-point tilt's ``K_i'(t*)``,
+  ``sum_i K_i'(t*) = eps + 1/t* + 1/(1 + t*)``; ``log w = sum_i (log M_i(theta_i) - theta_i x_i)``.
+* ``"tilted-one"``: one step, picked uniformly, drawn from its tilt whose mean loss is ``eps``
+  (Def. 16, generalised to any family and heterogeneous steps);
+  ``w = (T^-1 sum_i e^{theta_i x_i} / M_i(theta_i))^-1``.
+
+Per sample the engine returns the total loss, ``log w`` and the log-probability of its discrete
+choices (for the likelihood-ratio part of gradients).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, PartitionSpec
+
+from jaxdp.accountants.montecarlo import _families as fam_mod
+
+CHUNK = 4096
+BLOCK = 256
+ESTIMATORS = ("simple", "tilted", "tilted-one")
+
+
+class Part(NamedTuple):
+    mech: object  # one segment's mechanism (traced leaves allowed)
+    count: int  # static number of steps
+
+
+def total_steps(parts) -> int:
+    return int(sum(p.count for p in parts))
+
+
+def _k1(mech, direction, t):
+    return jax.jvp(lambda s: mech.cgf(s, direction), (t,), (jnp.ones_like(t),))[1]
+
+
+def saddle_t(parts, direction, eps):
+    """``t* >= 0`` with ``sum n_i K_i'(t*) = eps + 1/t* + 1/(1 + t*)`` (bisection in ``log t``)."""
+
+    def g(u):
+        t = jnp.exp(u)
+        k1 = sum(p.count * _k1(p.mech, direction, t) for p in parts)
+        return k1 - eps - 1.0 / t - 1.0 / (1.0 + t)
+
+    def body(_, ab):
+        a, b = ab
+        m = 0.5 * (a + b)
+        up = ~(g(m) > 0)
+        return jnp.where(up, m, a), jnp.where(up, b, m)
+
+    a, b = jax.lax.fori_loop(0, 60, body, (jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4))))
+    return jax.lax.stop_gradient(jnp.exp(0.5 * (a + b)))
+
+
+def plan_proposals(parts, direction, eps, estimator):
+    """Per-part fixed proposals for a query at ``eps``: ``[(proposal, base)]`` (``base``: ``P`` itself, the law
+    of the untilted steps of ``"tilted-one"``)."""
+    eps = jax.lax.stop_gradient(jnp.asarray(eps, jnp.float64))
+    fams = [fam_mod.family(p.mech, direction) for p in parts]
+    if estimator == "simple":
+        return [(fam_mod.untilted(f), None) for f in fams]
+    if estimator == "tilted-one":
+        return [(fam_mod.x_tilt(f, fam_mod.solve_theta(f, eps)), fam_mod.untilted(f)) for f in fams]
+    t = saddle_t(parts, direction, eps)
+    return [(fam_mod.loss_tilt(f, t), None) for f in fams]
+
+
+def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CHUNK, with_grad=False):
+    """``(L, log_w)`` of ``size`` samples of chunk ``chunk_id``: the total loss and the log weight ``log dP/dG``
+    (whose derivative in the mechanism's parameters, ``with_grad``, is the likelihood-ratio term)."""
+    key_c = jax.random.fold_in(key, chunk_id)
+    steps_total = total_steps(parts)
+    if estimator == "tilted-one":
+        pick = jax.random.randint(jax.random.fold_in(key_c, 0), (size,), 0, steps_total)
+    loss = jnp.zeros(size)
+    log_w = jnp.zeros(size)
+    lse = jnp.full(size, -jnp.inf)
+    offset = 0
+    for idx, part in enumerate(parts):
+        fam = fam_mod.family(part.mech, direction)
+        prop, base = proposals[idx]
+        width = min(part.count, BLOCK)
+        num_blocks = -(-part.count // width)
+        key_p = jax.random.fold_in(key_c, idx + 1)
+
+        def block(carry, b, fam=fam, prop=prop, base=base, width=width, part=part, key_p=key_p, offset=offset):
+            loss, log_w, lse = carry
+            steps = b * width + jnp.arange(width)
+            valid = (steps < part.count)[None, :]
+            k_b = jax.random.fold_in(key_p, b)
+            if estimator == "tilted-one":
+                tilted = (offset + steps)[None, :] == pick[:, None]
+                x = fam_mod.draw(prop, k_b, (size, width), tilted, base)
+                a = fam_mod.proposal_log_density(prop, x) - fam_mod.proposal_log_density(base, x)
+                lse = jnp.logaddexp(lse, jax.nn.logsumexp(jnp.where(valid, a, -jnp.inf), axis=1))
+            elif estimator == "tilted":
+                x, log_g = fam_mod.draw_with_density(prop, k_b, (size, width))
+                lr = fam_mod.log_density(fam, x) - log_g
+                log_w = log_w + jnp.sum(jnp.where(valid, lr, 0.0), axis=1)
+            else:
+                x = fam_mod.draw(prop, k_b, (size, width))
+            loss = loss + jnp.sum(jnp.where(valid, fam_mod.loss(fam, x), 0.0), axis=1)
+            if estimator != "tilted" and with_grad:
+                ref = base if base is not None else prop
+                if estimator == "simple":
+                    ref = prop
+                lr = fam_mod.log_density(fam, x) - fam_mod.proposal_log_density(ref, x)
+                log_w = log_w + jnp.sum(jnp.where(valid, lr, 0.0), axis=1)
+            return (loss, log_w, lse), None
+
+        (loss, log_w, lse), _ = jax.lax.scan(block, (loss, log_w, lse), jnp.arange(num_blocks))
+        offset += part.count
+    if estimator == "tilted-one":
+        log_w = log_w + math.log(steps_total) - lse
+    return loss, log_w
+
+
+def log_h(loss, eps):
+    """``log (1 - e^{eps - L})_+`` (``-inf`` where ``L <= eps``)."""
+    d = eps - loss
+    pos = d < 0
+    return jnp.where(pos, jnp.log(-jnp.expm1(jnp.where(pos, d, -1.0))), -jnp.inf)
+
+
+def map_chunks(fn, num_chunks: int):
+    """``stack([fn(c) for c in range(num_chunks)])`` with the chunks spread over all local devices
+    (``shard_map``); padded chunk ids (``>= num_chunks``) are passed too and must give zeros."""
+    devices = jax.local_devices()
+    n_dev = len(devices)
+    padded = -(-num_chunks // n_dev) * n_dev
+    ids = jnp.arange(padded, dtype=jnp.int32)
+    mesh = Mesh(np.array(devices), ("chunks",))
+    spec = PartitionSpec("chunks")
+    mapped = jax.shard_map(lambda c: jax.lax.map(fn, c), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
+    return mapped(ids)
+
+
+def ordered_sum(stats):
+    """Sum over the leading (chunk) axis in chunk order: the same bits on any number of devices."""
+    zero = jax.tree.map(lambda s: jnp.zeros(s.shape[1:], s.dtype), stats)
+    total, _ = jax.lax.scan(lambda acc, s: (jax.tree.map(jnp.add, acc, s), None), zero, stats)
+    return total
