@@ -72,6 +72,14 @@ def _add_common(p):
         default=None,
         help=f"accountant (see `jaxdp methods`); default {DEFAULT_METHOD!r} ({FALLBACK_METHOD!r} for laplace)",
     )
+    p.add_argument("--samples", type=int, default=1_000_000, help="Monte Carlo samples (--method montecarlo)")
+    p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (--method montecarlo)")
+    p.add_argument(
+        "--estimator",
+        choices=("tilted", "tilted-one", "simple"),
+        default="tilted",
+        help="Monte Carlo estimator (--method montecarlo)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -295,6 +303,59 @@ def _mechanism(args):
     return jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
 
 
+def _montecarlo(args, mech):
+    import jax
+
+    import jaxdp
+
+    if args.samples < 1:
+        raise ValueError(f"--samples must be an integer >= 1, got {args.samples}.")
+    key = jax.random.key(args.seed)
+    start = time.perf_counter()
+    common = dict(num_steps=args.steps, key=key, num_samples=args.samples, estimator=args.estimator)
+    if args.command == "epsilon":
+        est = jaxdp.montecarlo_epsilon(mech, delta=args.delta, **common)
+        eps, delta = float(est.value), args.delta
+    else:
+        est = jaxdp.montecarlo_delta(mech, epsilon=args.epsilon, **common)
+        eps, delta = args.epsilon, float(est.value)
+    seconds = time.perf_counter() - start
+    record = {
+        "epsilon": eps,
+        "delta": delta,
+        "method": "montecarlo",
+        "certified": False,
+        "estimator": args.estimator,
+        "stderr": float(est.stderr),
+        "ci_low": float(est.ci_low),
+        "ci_high": float(est.ci_high),
+        "confidence": est.confidence,
+        "samples": args.samples,
+        "seed": args.seed,
+        "seconds": seconds,
+        "mechanism": args.mechanism,
+        "sigma": args.sigma,
+        "q": args.q,
+        "steps": args.steps,
+        "adjacency": args.adjacency,
+    }
+    if args.group_size is not None:
+        record["group_size"] = args.group_size
+    if args.json:
+        return json.dumps(record), record
+    name = "epsilon" if args.command == "epsilon" else "delta"
+    value = eps if args.command == "epsilon" else delta
+    text = (
+        f"{args.mechanism} mechanism, sigma = {args.sigma:g}, q = {args.q:g}, {args.steps} steps, "
+        f"{args.adjacency} adjacency\n"
+        f"  {name} = {value:.6g} +- {record['stderr']:.2g} (standard error), "
+        f"{100 * est.confidence:g}% interval [{record['ci_low']:.6g}, {record['ci_high']:.6g}]\n"
+        f"  method = montecarlo ({args.estimator} estimator, {args.samples} samples, seed {args.seed}; "
+        f"an estimate, not a proven bound), {seconds:.3f} s"
+    )
+    return text, record
+
+
 def _supports(method, mech):
     import jaxdp
 
@@ -321,6 +382,8 @@ def _run(args):
     else:
         validate.nonnegative("--epsilon", args.epsilon)
     mech = _mechanism(args)
+    if args.method == "montecarlo":
+        return _montecarlo(args, mech)
     if args.method is None:  # the library's default (certified where it supports the mechanism, else the fallback)
         args.method = jaxdp.default_method(mech)
     info = jaxdp.method_info(args.method)

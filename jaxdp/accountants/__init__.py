@@ -20,9 +20,11 @@ from jaxdp.accountants._api import (
     renyi_dp,
 )
 from jaxdp.accountants._exact import log_delta_gaussian
+from jaxdp.accountants.montecarlo import MonteCarloEstimate, montecarlo_delta, montecarlo_epsilon
 
 __all__ = [
     "MethodInfo",
+    "MonteCarloEstimate",
     "available_methods",
     "default_method",
     "delta_for_epsilon",
@@ -32,6 +34,8 @@ __all__ = [
     "log_delta_gaussian",
     "log_delta_of_composition",
     "method_info",
+    "montecarlo_delta",
+    "montecarlo_epsilon",
     "register_method",
     "renyi_dp",
 ]

@@ -18,6 +18,7 @@ import numpy as np
 
 from jaxdp.accountants import _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint
 from jaxdp.accountants import certified as _certified
+from jaxdp.accountants import montecarlo as _montecarlo
 from jaxdp.accountants._registry import (
     MethodInfo,
     available_methods,
@@ -27,7 +28,7 @@ from jaxdp.accountants._registry import (
     register_methods,
 )
 from jaxdp.mechanisms import Composition, as_composition
-from jaxdp.numerics import float64_entry, nan_to, program_cache, to_f64
+from jaxdp.numerics import float64_entry, float64_scope, nan_to, program_cache, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -205,8 +206,23 @@ _log_delta_fallback_jit = jax.jit(log_delta_with_fallback, static_argnames=("met
 _epsilon_fallback_jit = jax.jit(epsilon_with_fallback, static_argnames=("method",))
 
 
-@float64_entry
-def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
+MONTECARLO = "montecarlo"
+_log64 = float64_scope(jnp.log)
+
+
+def _montecarlo_options(method, key, num_samples):
+    """``{}`` for a deterministic method (which takes no ``key``/``num_samples``), else the Monte Carlo options."""
+    if method != MONTECARLO:
+        if key is not None or num_samples is not None:
+            raise ValueError(f"key and num_samples apply to method='montecarlo' only, not method={method!r}.")
+        return None
+    opts = {"key": key}
+    if num_samples is not None:
+        opts["num_samples"] = num_samples
+    return opts
+
+
+def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None, key=None, num_samples=None):
     """Natural log of :func:`delta_for_epsilon` (finite down to delta ~ 1e-300 and below).
 
     Example:
@@ -215,6 +231,14 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None
       >>> round(float(jaxdp.log_delta_for_epsilon(m, epsilon=40.0, num_steps=1, method="exact")), 4)
       -788.4234
     """
+    mc = _montecarlo_options(method, key, num_samples)
+    if mc is not None:
+        return _log64(_montecarlo.montecarlo_delta(mechanism, epsilon=epsilon, num_steps=num_steps, **mc).value)
+    return _log_delta_for_epsilon(mechanism, epsilon=epsilon, num_steps=num_steps, method=method)
+
+
+@float64_entry
+def _log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
     _validate.nonnegative("epsilon", epsilon)
     info, comp = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(epsilon, jnp.float64))
@@ -228,8 +252,7 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None
     )
 
 
-@float64_entry
-def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
+def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None, key=None, num_samples=None):
     """delta such that ``num_steps`` runs of ``mechanism`` are (epsilon, delta)-DP.
 
     Args:
@@ -241,6 +264,9 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
         upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
         see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
         CPU; ``"saddlepoint"`` (estimate) and ``"rdp"`` (looser bound) compile in a few.
+        ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_delta`, which also gives its
+        standard error and interval); it needs ``key`` and takes ``num_samples``.
+      key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
 
     Returns:
       A float64 scalar in ``[0, 1]``; NaN when traced inputs are out of range.  Traced
@@ -263,11 +289,18 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
       >>> round(float(d), 6)   # Phi(-1/2) - e Phi(-3/2)
       0.126937
     """
-    return jnp.exp(log_delta_for_epsilon(mechanism, epsilon=epsilon, num_steps=num_steps, method=method))
+    mc = _montecarlo_options(method, key, num_samples)
+    if mc is not None:
+        return _montecarlo.montecarlo_delta(mechanism, epsilon=epsilon, num_steps=num_steps, **mc).value
+    return _delta_for_epsilon(mechanism, epsilon=epsilon, num_steps=num_steps, method=method)
 
 
 @float64_entry
-def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = None):
+def _delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method=None):
+    return jnp.exp(_log_delta_for_epsilon(mechanism, epsilon=epsilon, num_steps=num_steps, method=method))
+
+
+def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = None, key=None, num_samples=None):
     """Smallest epsilon such that ``num_steps`` runs are (epsilon, delta)-DP.
 
     Args:
@@ -278,6 +311,9 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
         upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
         see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
         CPU; ``"saddlepoint"`` (estimate) and ``"rdp"`` (looser bound) compile in a few.
+        ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_epsilon` also gives its
+        standard error and interval); it needs ``key`` and takes ``num_samples``.
+      key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
 
     Returns:
       A float64 scalar ``>= 0``; NaN when traced inputs are out of range.  Traced
@@ -301,6 +337,14 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
       >>> bool(grad < 0)
       True
     """
+    mc = _montecarlo_options(method, key, num_samples)
+    if mc is not None:
+        return _montecarlo.montecarlo_epsilon(mechanism, delta=delta, num_steps=num_steps, **mc).value
+    return _epsilon_for_delta(mechanism, delta=delta, num_steps=num_steps, method=method)
+
+
+@float64_entry
+def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
     _validate.open_unit("delta", delta)
     info, comp = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(delta, jnp.float64))

@@ -87,7 +87,8 @@ def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CH
     key_c = jax.random.fold_in(key, chunk_id)
     steps_total = total_steps(parts)
     if estimator == "tilted-one":
-        pick = jax.random.randint(jax.random.fold_in(key_c, 0), (size,), 0, steps_total)
+        u = fam_mod.uniform(jax.random.fold_in(key_c, 0), (size,))
+        pick = jnp.minimum(jnp.floor(u * steps_total), steps_total - 1).astype(jnp.int32)
     loss = jnp.zeros(size)
     log_w = jnp.zeros(size)
     lse = jnp.full(size, -jnp.inf)

@@ -57,7 +57,7 @@ def parts_of(mechanism, num_steps):
     _validate.num_steps("num_steps", num_steps)
     if not _validate.is_concrete(num_steps):
         raise ValueError("num_steps must be a concrete integer for method='montecarlo' (it sets the sample shape).")
-    comp = to_f64(as_composition(mechanism, num_steps))
+    comp = as_composition(mechanism, num_steps)
     for m, n in zip(comp.mechanisms, comp.counts):
         if not _validate.is_concrete(n):
             raise ValueError("the counts of a composition must be concrete for method='montecarlo'.")
@@ -66,8 +66,7 @@ def parts_of(mechanism, num_steps):
                 f"method='montecarlo' supports Gaussian, Laplace and mixture-of-Gaussians mechanisms, got "
                 f"{type(m).__name__}."
             )
-    segs = comp.segments()
-    parts = tuple(_engine.Part(m, round(float(n))) for m, n in segs)
+    parts = tuple(_engine.Part(to_f64(m), round(float(n))) for m, n in comp.segments())
     return comp, parts
 
 

@@ -140,6 +140,24 @@ def solve_theta(fam, target):
     return jax.lax.stop_gradient(sign * u)
 
 
+def uniform(key, shape):
+    """float64 uniforms on ``[0, 1)`` with 53 random bits, built from two ``uint32`` words by float arithmetic
+    (no 64-bit integer operations: the program lowers the same inside a user's ``jit`` with x64 off)."""
+    bits = jax.random.bits(key, (2, *shape), jnp.uint32)
+    hi = jnp.right_shift(bits[0], jnp.uint32(5)).astype(jnp.float64)  # 27 bits
+    lo = jnp.right_shift(bits[1], jnp.uint32(6)).astype(jnp.float64)  # 26 bits
+    return (hi * 67108864.0 + lo) * (1.0 / 9007199254740992.0)
+
+
+def normal(key, shape):
+    u = uniform(key, shape)
+    return math.sqrt(2.0) * jax.scipy.special.erfinv(2.0 * u - 1.0 + 1.0 / 9007199254740992.0)
+
+
+def exponential(key, shape):
+    return -jnp.log1p(-uniform(key, shape))
+
+
 class GaussProposal(NamedTuple):
     """A mixture ``sum_j pi_j N(mu_j, s^2)`` held fixed (no derivative flows through it)."""
 
@@ -217,7 +235,7 @@ def loss_tilt(fam, t):
 
 def _table_draw(prop, key, shape):
     m = TABLE_CELLS
-    u = jax.random.uniform(key, shape, jnp.float64) * m
+    u = uniform(key, shape) * m
     k = jnp.clip(jnp.floor(u).astype(jnp.int32), 0, m - 1)
     r = jnp.clip(u - k, 1e-300, 1.0 - 1e-16)
     inner = (k > 0) & (k < m - 1)
@@ -277,11 +295,11 @@ def draw(prop, key, shape, tilted=None, base=None):
     if isinstance(prop, LaplaceProposal):
         theta = prop.theta if tilted is None else jnp.where(tilted, prop.theta, base.theta)
         b = prop.b
-        right = jax.random.uniform(k_choice, shape, jnp.float64) < 0.5 * (1.0 + b * theta)
+        right = uniform(k_choice, shape) < 0.5 * (1.0 + b * theta)
         rate = jnp.where(right, 1.0 / b - theta, 1.0 / b + theta)
-        e = jax.random.exponential(k_cont, shape, jnp.float64)
+        e = exponential(k_cont, shape)
         return 1.0 + jnp.where(right, 1.0, -1.0) * e / rate
-    z = jax.random.normal(k_cont, shape, jnp.float64)
+    z = normal(k_cont, shape)
     j_count = prop.mu.shape[0]
 
     def pick(a, b_):
@@ -291,7 +309,7 @@ def draw(prop, key, shape, tilted=None, base=None):
         mean = pick(prop.mu[0], None if base is None else base.mu[0])
     elif j_count == 2:
         logit = pick(prop.log_pi[1] - prop.log_pi[0], None if base is None else base.log_pi[1] - base.log_pi[0])
-        one = jax.random.uniform(k_choice, shape, jnp.float64) < jax.nn.sigmoid(logit)
+        one = uniform(k_choice, shape) < jax.nn.sigmoid(logit)
         mean = jnp.where(
             one,
             pick(prop.mu[1], None if base is None else base.mu[1]),
@@ -299,7 +317,8 @@ def draw(prop, key, shape, tilted=None, base=None):
         )
     else:
         logits = prop.log_pi if tilted is None else jnp.where(tilted[..., None], prop.log_pi, base.log_pi)
-        logits = jnp.broadcast_to(logits, (*shape, j_count))
-        j = jax.random.categorical(k_choice, logits, axis=-1)
+        cum = jnp.cumsum(jax.nn.softmax(jnp.broadcast_to(logits, (*shape, j_count)), axis=-1), axis=-1)
+        u = uniform(k_choice, shape)
+        j = jnp.minimum(jnp.sum(cum <= u[..., None], axis=-1), j_count - 1)
         mean = prop.mu[j] if tilted is None else jnp.where(tilted, prop.mu[j], base.mu[j])
     return mean + prop.s * z

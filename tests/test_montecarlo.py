@@ -1,0 +1,253 @@
+"""The Monte Carlo accountant: statistical agreement with independent references, the estimators against
+each other, determinism, chunking and device sharding, x64 off inside a user's jit, and input checks.
+
+Tolerances come from the estimates' own standard errors (``Z_TOL`` of them, plus the reference's
+error); the seeds are fixed, so the tests are deterministic.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+import jaxdp
+from jaxdp.accountants.montecarlo import _engine
+from jaxdp.accountants.montecarlo._estimate import direction_sums, parts_of
+from tests.reference_values import ROWS
+
+Z_TOL = 4.5  # standard errors (with ~20 checks, a 4.5-sigma miss has probability ~1e-4)
+KEY = jax.random.key(20261124)
+
+
+def _gaussian_delta(sigma, steps, eps):
+    """Closed form for ``steps`` Gaussian mechanisms (mu = sqrt(steps) / sigma)."""
+    mu = math.sqrt(steps) / sigma
+    return norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)
+
+
+def _ref(case, epsilon):
+    row = next(r for r in ROWS if r["case"] == case and r["query"] == "delta" and r["epsilon"] == epsilon)
+    return row["delta"]
+
+
+def _close(est, truth, rel_ref=1e-4):
+    value, se = float(est.value), float(est.stderr)
+    assert math.isfinite(value) and se > 0
+    assert abs(value - truth) <= Z_TOL * se + rel_ref * truth, (value, se, truth)
+
+
+@pytest.mark.parametrize("estimator", ["simple", "tilted", "tilted-one"])
+def test_gaussian_composition_matches_closed_form(estimator):
+    est = jaxdp.montecarlo_delta(
+        jaxdp.Gaussian(2.0), epsilon=1.0, num_steps=10, key=KEY, num_samples=40_000, estimator=estimator
+    )
+    _close(est, _gaussian_delta(2.0, 10, 1.0), rel_ref=0.0)
+    assert float(est.ci_low) <= float(est.value) <= float(est.ci_high)
+    assert est.estimator == estimator and int(est.num_samples) == 40_000
+
+
+@pytest.mark.parametrize("estimator", ["tilted", "tilted-one"])
+def test_subsampled_gaussian_matches_reference_table(estimator):
+    # psg_0.5_1e-3_1000 at eps = 2: delta 1.51e-4 (the shared reference table, add-or-remove)
+    m = jaxdp.PoissonSubsampledGaussian(0.5, 1e-3)
+    est = jaxdp.montecarlo_delta(m, epsilon=2.0, num_steps=1000, key=KEY, num_samples=8192, estimator=estimator)
+    _close(est, _ref("psg_0.5_1e-3_1000", 2.0))
+    assert float(est.stderr) < 0.05 * float(est.value)
+
+
+def test_tilted_sees_delta_1e10_where_simple_sees_nothing():
+    # psg_1.0_0.01_2000 at eps = 4: delta 7.33e-10 (reference table); simple MC with 4096 samples sees no event
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
+    truth = _ref("psg_1.0_0.01_2000", 4.0)
+    est = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=4096)
+    _close(est, truth)
+    assert float(est.stderr) < 0.1 * truth
+    simple = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=4096, estimator="simple")
+    assert float(simple.value) == 0.0
+
+
+@pytest.mark.parametrize("adjacency", ["remove", "add"])
+def test_each_direction_against_certified(adjacency):
+    m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05, adjacency=adjacency)
+    truth = float(jaxdp.delta_for_epsilon(m, epsilon=1.5, num_steps=50, method="certified"))
+    est = jaxdp.montecarlo_delta(m, epsilon=1.5, num_steps=50, key=KEY, num_samples=16384)
+    _close(est, truth, rel_ref=1e-3)
+
+
+def test_heterogeneous_composition_and_mixture_against_certified():
+    comp = jaxdp.Composition.of(
+        (jaxdp.PoissonSubsampledGaussian(1.0, 0.02), 100),
+        (jaxdp.MixtureOfGaussians(2.0, sensitivities=[0.0, 1.0, 2.0], probs=[0.9, 0.08, 0.02]), 20),
+        (jaxdp.Gaussian(8.0), 5),
+    )
+    truth = float(jaxdp.delta_for_epsilon(comp, epsilon=1.0, method="certified"))
+    for estimator in ("tilted", "tilted-one"):
+        est = jaxdp.montecarlo_delta(comp, epsilon=1.0, key=KEY, num_samples=16384, estimator=estimator)
+        _close(est, truth, rel_ref=1e-3)
+
+
+@pytest.mark.parametrize("estimator", ["simple", "tilted", "tilted-one"])
+def test_laplace_matches_closed_form(estimator):
+    # one Laplace step (sensitivity 1, scale b): delta(eps) = 1 - exp((eps - 1/b) / 2) for eps < 1/b
+    est = jaxdp.montecarlo_delta(jaxdp.Laplace(1.0), epsilon=0.5, key=KEY, num_samples=40_000, estimator=estimator)
+    _close(est, 1.0 - math.exp((0.5 - 1.0) / 2), rel_ref=0.0)
+    # three steps against the certified saddle-point bound's estimate companion (tolerance from the stderr)
+    three = jaxdp.montecarlo_delta(
+        jaxdp.Laplace(2.0), epsilon=1.0, num_steps=3, key=KEY, num_samples=40_000, estimator=estimator
+    )
+    truth = float(jaxdp.delta_for_epsilon(jaxdp.Laplace(2.0), epsilon=1.0, num_steps=3, method="characteristic"))
+    _close(three, truth, rel_ref=1e-4)
+
+
+def test_estimators_agree_with_each_other():
+    m = jaxdp.PoissonSubsampledGaussian(0.7, 0.05)
+    a = jaxdp.montecarlo_delta(m, epsilon=2.0, num_steps=200, key=KEY, num_samples=16384, estimator="tilted")
+    b = jaxdp.montecarlo_delta(
+        m, epsilon=2.0, num_steps=200, key=jax.random.key(1), num_samples=65536, estimator="simple"
+    )
+    se = math.hypot(float(a.stderr), float(b.stderr))
+    assert abs(float(a.value) - float(b.value)) <= Z_TOL * se
+
+
+def test_epsilon_query_matches_reference_row_and_interval_covers():
+    row = next(r for r in ROWS if r["case"] == "psg_0.65_0.01" and r["steps"] == 500)
+    m = jaxdp.PoissonSubsampledGaussian(0.65, 0.01)
+    est = jaxdp.montecarlo_epsilon(m, delta=1e-5, num_steps=500, key=KEY, num_samples=8192)
+    assert abs(float(est.value) - row["epsilon"]) <= Z_TOL * float(est.stderr) + 1e-4
+    assert float(est.ci_low) <= float(est.value) <= float(est.ci_high)
+    assert float(est.stderr) < 0.01 * row["epsilon"]
+    # through the generic entry point
+    eps = jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=500, method="montecarlo", key=KEY, num_samples=8192)
+    assert float(eps) == float(est.value)
+
+
+def test_same_key_same_estimate_new_key_new_estimate():
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)
+    a = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=KEY, num_samples=5000)
+    b = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=KEY, num_samples=5000)
+    c = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=jax.random.key(7), num_samples=5000)
+    assert float(a.value) == float(b.value) and float(a.stderr) == float(b.stderr)
+    assert float(a.value) != float(c.value)
+    # raw uint32 key data are accepted and mean the same key
+    d = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=jax.random.key_data(KEY), num_samples=5000)
+    assert float(d.value) == float(a.value)
+
+
+def test_chunked_reduction_equals_one_vectorised_pass():
+    """The chunked, sharded sums equal the same samples reduced in one numpy pass (up to summation order)."""
+    with jax.enable_x64(True):
+        m = jaxdp.PoissonSubsampledGaussian(1.0, 0.05)
+        _, parts = parts_of(m, 30)
+        n = 3 * _engine.CHUNK - 100  # a partial last chunk
+        eps = jnp.asarray([0.5, 1.0])
+        key = jax.random.key(3)
+        sums = direction_sums(parts, "remove", "tilted", key, n, eps, 1.0, 0.0)
+        props = _engine.plan_proposals(parts, "remove", 1.0, "tilted")
+        loss, log_w = jax.vmap(lambda c: _engine.chunk_samples(parts, "remove", "tilted", props, key, c))(jnp.arange(3))
+        loss, log_w = np.asarray(loss).ravel()[:n], np.asarray(log_w).ravel()[:n]
+        f = np.where(loss[:, None] > np.asarray(eps), -np.expm1(np.asarray(eps) - loss[:, None]), 0.0)
+        f = f * np.exp(log_w)[:, None]
+        np.testing.assert_allclose(np.asarray(sums[0]), f.sum(0), rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(sums[1]), (f * f).sum(0), rtol=1e-10)
+
+
+_DEVICE_SCRIPT = """
+import json, jax, jaxdp
+m = jaxdp.PoissonSubsampledGaussian(1.0, 0.05)
+d = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=30, key=jax.random.key(5), num_samples=5 * 4096 + 7)
+e = jaxdp.montecarlo_epsilon(m, delta=1e-3, num_steps=30, key=jax.random.key(5), num_samples=3 * 4096)
+print(json.dumps([jax.local_device_count(), float(d.value), float(d.stderr), float(e.value)]))
+"""
+
+
+def _run_devices(n):
+    env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64", "XLA_FLAGS")}
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={n}"
+    env["JAX_PLATFORMS"] = "cpu"
+    out = subprocess.run([sys.executable, "-c", _DEVICE_SCRIPT], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_one_device_and_four_devices_give_the_same_estimate():
+    one, four = _run_devices(1), _run_devices(4)
+    assert one[0] == 1 and four[0] == 4
+    np.testing.assert_allclose(one[1:], four[1:], rtol=1e-12)
+
+
+def test_inside_user_jit_and_vmap_with_x64_off():
+    assert not jax.config.jax_enable_x64
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)
+    eager = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=10, key=KEY, num_samples=4096)
+    jitted = jax.jit(
+        lambda s: (
+            jaxdp.montecarlo_delta(
+                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=4096
+            ).value
+        )
+    )(1.0)
+    assert jitted.dtype == jnp.float32
+    np.testing.assert_allclose(float(jitted), float(eager.value), rtol=1e-6)
+    batched = jax.vmap(
+        lambda s: (
+            jaxdp.montecarlo_delta(
+                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=4096
+            ).value
+        )
+    )(jnp.array([1.0, 2.0]))
+    np.testing.assert_allclose(float(batched[0]), float(eager.value), rtol=1e-6)
+    assert float(batched[1]) < float(batched[0])
+    assert eager.value.dtype == jnp.float64  # eager calls answer in float64 whatever the x64 flag
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_samples=0), "num_samples"),
+        (dict(num_samples=2.5), "num_samples"),
+        (dict(key=None), "key"),
+        (dict(key=3), "key"),
+        (dict(estimator="fancy"), "estimator"),
+        (dict(epsilon=-1.0), "epsilon"),
+        (dict(epsilon=float("nan")), "epsilon"),
+        (dict(num_steps=0), "num_steps"),
+        (dict(confidence=1.5), "confidence"),
+    ],
+)
+def test_bad_input_raises_value_error_naming_the_argument(kwargs, message):
+    args = dict(epsilon=1.0, num_steps=1, key=KEY, num_samples=100)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message):
+        jaxdp.montecarlo_delta(jaxdp.Gaussian(1.0), **args)
+
+
+def test_generic_entry_points_need_a_key_and_refuse_it_elsewhere():
+    with pytest.raises(ValueError, match="key"):
+        jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=1.0, method="montecarlo")
+    with pytest.raises(ValueError, match="montecarlo"):
+        jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=1.0, method="rdp", key=KEY)
+    with pytest.raises(ValueError, match="delta"):
+        jaxdp.montecarlo_epsilon(jaxdp.Gaussian(1.0), delta=1.0, key=KEY)
+
+
+def test_cli_montecarlo_json_reports_the_interval():
+    from jaxdp import cli
+
+    text, record = cli._run(
+        cli.build_parser().parse_args(
+            "delta --sigma 2 --steps 10 --q 1 --epsilon 1 --method montecarlo --samples 20000 --seed 3 --json".split()
+        )
+    )
+    assert json.loads(text) == record
+    assert record["method"] == "montecarlo" and record["certified"] is False and record["samples"] == 20000
+    assert record["ci_low"] <= record["delta"] <= record["ci_high"]
+    assert abs(record["delta"] - _gaussian_delta(2.0, 10, 1.0)) <= Z_TOL * record["stderr"]
+    assert cli.main("delta --sigma 2 --steps 10 --epsilon 1 --method montecarlo --samples 0".split()) == 2
