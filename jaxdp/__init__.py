@@ -7,6 +7,7 @@ multiplier and the sampling probability.  All computation is float64.
 
 from jaxdp.accountants import MethodInfo as MethodInfo
 from jaxdp.accountants import MonteCarloEstimate as MonteCarloEstimate
+from jaxdp.accountants import MonteCarloGradient as MonteCarloGradient
 from jaxdp.accountants import available_methods as available_methods
 from jaxdp.accountants import default_method as default_method
 from jaxdp.accountants import delta_for_epsilon as delta_for_epsilon
@@ -15,6 +16,7 @@ from jaxdp.accountants import log_delta_for_epsilon as log_delta_for_epsilon
 from jaxdp.accountants import method_info as method_info
 from jaxdp.accountants import montecarlo_delta as montecarlo_delta
 from jaxdp.accountants import montecarlo_epsilon as montecarlo_epsilon
+from jaxdp.accountants import montecarlo_grad as montecarlo_grad
 from jaxdp.accountants import register_method as register_method
 from jaxdp.accountants import renyi_dp as renyi_dp
 from jaxdp.calibration import CalibrationResult as CalibrationResult

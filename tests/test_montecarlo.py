@@ -251,3 +251,73 @@ def test_cli_montecarlo_json_reports_the_interval():
     assert record["ci_low"] <= record["delta"] <= record["ci_high"]
     assert abs(record["delta"] - _gaussian_delta(2.0, 10, 1.0)) <= Z_TOL * record["stderr"]
     assert cli.main("delta --sigma 2 --steps 10 --epsilon 1 --method montecarlo --samples 0".split()) == 2
+
+
+def _gaussian_ddelta_dsigma(sigma, steps, eps, h=1e-6):
+    return (_gaussian_delta(sigma + h, steps, eps) - _gaussian_delta(sigma - h, steps, eps)) / (2 * h)
+
+
+@pytest.mark.parametrize("estimator", ["simple", "tilted", "tilted-one"])
+def test_delta_gradient_matches_closed_form_derivative(estimator):
+    r = jaxdp.montecarlo_grad(
+        jaxdp.Gaussian(2.0), epsilon=1.0, num_steps=10, key=KEY, num_samples=40_000, estimator=estimator
+    )
+    truth = _gaussian_ddelta_dsigma(2.0, 10, 1.0)
+    g, se = float(r.grad.noise_multiplier), float(r.stderr.noise_multiplier)
+    assert se > 0 and abs(g - truth) <= Z_TOL * se, (g, se, truth)
+    _close(r.estimate, _gaussian_delta(2.0, 10, 1.0), rel_ref=0.0)
+
+
+def _fd(fn, x, h):
+    with jax.enable_x64(True):
+        return (float(fn(x + h)) - float(fn(x - h))) / (2 * h)
+
+
+def test_subsampled_gradients_match_finite_differences_of_an_independent_accountant():
+    def ref_delta(s, q):
+        return jaxdp.delta_for_epsilon(
+            jaxdp.PoissonSubsampledGaussian(s, q), epsilon=2.0, num_steps=200, method="characteristic"
+        )
+
+    m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05)
+    r = jaxdp.montecarlo_grad(m, epsilon=2.0, num_steps=200, key=KEY, num_samples=16384)
+    d_sigma = _fd(lambda s: ref_delta(s, 0.05), 0.8, 1e-5)
+    d_q = _fd(lambda q: ref_delta(0.8, q), 0.05, 1e-6)
+    assert abs(float(r.grad.noise_multiplier) - d_sigma) <= Z_TOL * float(r.stderr.noise_multiplier)
+    assert abs(float(r.grad.sampling_prob) - d_q) <= Z_TOL * float(r.stderr.sampling_prob)
+    # jax.grad of the estimate is the same estimator (same samples, same key)
+    with jax.enable_x64(True):
+        g = jax.grad(
+            lambda s, q: (
+                jaxdp.montecarlo_delta(
+                    jaxdp.PoissonSubsampledGaussian(s, q), epsilon=2.0, num_steps=200, key=KEY, num_samples=16384
+                ).value
+            ),
+            argnums=(0, 1),
+        )(0.8, 0.05)
+    np.testing.assert_allclose(
+        [float(g[0]), float(g[1])], [float(r.grad.noise_multiplier), float(r.grad.sampling_prob)], rtol=1e-9
+    )
+
+
+def test_epsilon_gradient_by_the_implicit_function_matches_finite_differences():
+    def ref_eps(s):
+        return jaxdp.epsilon_for_delta(
+            jaxdp.PoissonSubsampledGaussian(s, 0.05), delta=1e-4, num_steps=200, method="characteristic"
+        )
+
+    m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05)
+    r = jaxdp.montecarlo_grad(m, delta=1e-4, num_steps=200, key=KEY, num_samples=16384)
+    d_sigma = _fd(ref_eps, 0.8, 1e-5)
+    assert abs(float(r.grad.noise_multiplier) - d_sigma) <= Z_TOL * float(r.stderr.noise_multiplier)
+    with jax.enable_x64(True):
+        g = jax.grad(
+            lambda s: (
+                jaxdp.montecarlo_epsilon(
+                    jaxdp.PoissonSubsampledGaussian(s, 0.05), delta=1e-4, num_steps=200, key=KEY, num_samples=16384
+                ).value
+            )
+        )(0.8)
+    assert abs(float(g) - d_sigma) <= Z_TOL * float(r.stderr.noise_multiplier)
+    with pytest.raises(ValueError, match="exactly one"):
+        jaxdp.montecarlo_grad(m, epsilon=1.0, delta=1e-5, key=KEY)

@@ -20,11 +20,18 @@ from jaxdp.accountants._api import (
     renyi_dp,
 )
 from jaxdp.accountants._exact import log_delta_gaussian
-from jaxdp.accountants.montecarlo import MonteCarloEstimate, montecarlo_delta, montecarlo_epsilon
+from jaxdp.accountants.montecarlo import (
+    MonteCarloEstimate,
+    MonteCarloGradient,
+    montecarlo_delta,
+    montecarlo_epsilon,
+    montecarlo_grad,
+)
 
 __all__ = [
     "MethodInfo",
     "MonteCarloEstimate",
+    "MonteCarloGradient",
     "available_methods",
     "default_method",
     "delta_for_epsilon",
@@ -36,6 +43,7 @@ __all__ = [
     "method_info",
     "montecarlo_delta",
     "montecarlo_epsilon",
+    "montecarlo_grad",
     "register_method",
     "renyi_dp",
 ]

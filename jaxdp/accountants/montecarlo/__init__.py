@@ -6,6 +6,12 @@ Depends on :mod:`jaxdp.mechanisms` and :mod:`jaxdp.numerics`.  Its numbers are *
 standard errors (the verifier's verdict carries a stated false-positive rate), never bounds.
 """
 
-from jaxdp.accountants.montecarlo._estimate import MonteCarloEstimate, montecarlo_delta, montecarlo_epsilon
+from jaxdp.accountants.montecarlo._estimate import (
+    MonteCarloEstimate,
+    MonteCarloGradient,
+    montecarlo_delta,
+    montecarlo_epsilon,
+    montecarlo_grad,
+)
 
-__all__ = ["MonteCarloEstimate", "montecarlo_delta", "montecarlo_epsilon"]
+__all__ = ["MonteCarloEstimate", "MonteCarloGradient", "montecarlo_delta", "montecarlo_epsilon", "montecarlo_grad"]

@@ -139,17 +139,25 @@ def log_h(loss, eps):
     return jnp.where(pos, jnp.log(-jnp.expm1(jnp.where(pos, d, -1.0))), -jnp.inf)
 
 
-def map_chunks(fn, num_chunks: int):
-    """``stack([fn(c) for c in range(num_chunks)])`` with the chunks spread over all local devices
-    (``shard_map``); padded chunk ids (``>= num_chunks``) are passed too and must give zeros."""
+def map_chunks(fn, num_chunks: int, consts):
+    """``stack([fn(c, consts) for c in range(num_chunks)])`` with the chunks spread over all local devices
+    (``shard_map``; ``consts``, every traced value ``fn`` needs, is replicated); padded chunk ids
+    (``>= num_chunks``) are passed too and must give zeros."""
     devices = jax.local_devices()
     n_dev = len(devices)
     padded = -(-num_chunks // n_dev) * n_dev
     ids = jnp.arange(padded, dtype=jnp.int32)
     mesh = Mesh(np.array(devices), ("chunks",))
     spec = PartitionSpec("chunks")
-    mapped = jax.shard_map(lambda c: jax.lax.map(fn, c), mesh=mesh, in_specs=spec, out_specs=spec, check_vma=False)
-    return mapped(ids)
+    replicated = jax.tree.map(lambda _: PartitionSpec(), consts)
+    mapped = jax.shard_map(
+        lambda c, k: jax.lax.map(lambda i: fn(i, k), c),
+        mesh=mesh,
+        in_specs=(spec, replicated),
+        out_specs=spec,
+        check_vma=False,
+    )
+    return mapped(ids, consts)
 
 
 def ordered_sum(stats):

@@ -8,6 +8,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.flatten_util import ravel_pytree
 
 from jaxdp.accountants.montecarlo import _engine
 from jaxdp.accountants.montecarlo import _families as fam_mod
@@ -15,7 +16,7 @@ from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import float64_entry, float64_scope, pytree_dataclass, to_f64
 from jaxdp.numerics import validate as _validate
 
-__all__ = ["MonteCarloEstimate", "montecarlo_delta", "montecarlo_epsilon"]
+__all__ = ["MonteCarloEstimate", "MonteCarloGradient", "montecarlo_delta", "montecarlo_epsilon", "montecarlo_grad"]
 
 #: points of the epsilon grid an epsilon query evaluates delta on (one pass over the samples)
 GRID = 64
@@ -137,21 +138,96 @@ def approx_epsilon(parts, direction, log_delta):
 
 
 # -- one direction --------------------------------------------------------------------------------
-def direction_sums(parts, direction, estimator, key, num_samples, eps_grid, tilt_eps, log_scale):
-    """``(sum f, sum f^2, sum df/deps)`` on ``eps_grid`` (each ``(G,)``, ``f`` scaled by ``e^-log_scale``)."""
-    proposals = _engine.plan_proposals(parts, direction, tilt_eps, estimator)
-    num_chunks = -(-num_samples // _engine.CHUNK)
+def _chunk_f(parts, direction, estimator, proposals, key, c, num_samples, eps_grid, log_scale, with_grad):
+    """Per-sample ``f = (1 - e^{eps - L})_+ w e^{-log_scale}`` and ``df/deps`` on the grid (zero beyond
+    ``num_samples``)."""
+    loss, log_w = _engine.chunk_samples(parts, direction, estimator, proposals, key, c, with_grad=with_grad)
+    valid = ((c * _engine.CHUNK + jnp.arange(_engine.CHUNK)) < num_samples)[:, None]
+    lw = (log_w - log_scale)[:, None]
+    f = jnp.where(valid, jnp.exp(_engine.log_h(loss[:, None], eps_grid[None, :]) + lw), 0.0)
+    above = valid & (loss[:, None] > eps_grid[None, :])
+    df = jnp.where(above, -jnp.exp(eps_grid[None, :] - loss[:, None] + lw), 0.0)
+    return f, df
 
-    def one_chunk(c):
-        loss, log_w = _engine.chunk_samples(parts, direction, estimator, proposals, key, c)
-        valid = (c * _engine.CHUNK + jnp.arange(_engine.CHUNK)) < num_samples
-        lf = _engine.log_h(loss[:, None], eps_grid[None, :]) + (log_w - log_scale)[:, None]
-        f = jnp.where(valid[:, None], jnp.exp(lf), 0.0)
-        above = valid[:, None] & (loss[:, None] > eps_grid[None, :])
-        df = jnp.where(above, -jnp.exp(eps_grid[None, :] - loss[:, None] + (log_w - log_scale)[:, None]), 0.0)
+
+def _plain_sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics):
+    counts, direction, estimator, num_samples = statics
+
+    def one_chunk(c, consts):
+        mechs, eps_grid, tilt_eps, log_scale, key_data = consts
+        parts = tuple(_engine.Part(m, n) for m, n in zip(mechs, counts))
+        proposals = _engine.plan_proposals(parts, direction, tilt_eps, estimator)
+        key = jax.random.wrap_key_data(key_data)
+        f, df = _chunk_f(parts, direction, estimator, proposals, key, c, num_samples, eps_grid, log_scale, False)
         return jnp.stack([jnp.sum(f, 0), jnp.sum(f * f, 0), jnp.sum(df, 0)])
 
-    return _engine.ordered_sum(_engine.map_chunks(one_chunk, num_chunks))
+    consts = (mechs, eps_grid, tilt_eps, log_scale, key_data)
+    return _engine.ordered_sum(_engine.map_chunks(one_chunk, -(-num_samples // _engine.CHUNK), consts))
+
+
+def gradient_sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics):
+    """Sums over the samples of ``f``, ``f^2``, ``df/deps``, ``2 f df/deps`` (each ``(G,)``) and of the
+    per-sample derivatives in the mechanisms' flattened parameters ``p``: ``df/dp``, ``(df/dp)^2`` and
+    ``2 f df/dp`` (each ``(G, P)``); the derivatives are pathwise in ``L`` and likelihood-ratio in the
+    weight (the proposal is held fixed), so their means are unbiased for the derivatives of delta."""
+    counts, direction, estimator, num_samples = statics
+    flat, unravel = ravel_pytree(mechs)
+
+    def one_chunk(c, consts):
+        flat, eps_grid, tilt_eps, log_scale, key_data = consts
+        key = jax.random.wrap_key_data(key_data)
+        parts0 = tuple(_engine.Part(m, n) for m, n in zip(unravel(flat), counts))
+        proposals = _engine.plan_proposals(parts0, direction, tilt_eps, estimator)
+
+        def per_sample(p):
+            parts = tuple(_engine.Part(m, n) for m, n in zip(unravel(p), counts))
+            return _chunk_f(parts, direction, estimator, proposals, key, c, num_samples, eps_grid, log_scale, True)
+
+        # one forward-mode pass per parameter
+        (f, df), lin = jax.linearize(per_sample, flat)
+        basis = jnp.eye(flat.shape[0], dtype=flat.dtype)
+        jac = jnp.stack([lin(basis[k])[0] for k in range(flat.shape[0])], axis=-1)  # (B, G, P)
+        return (
+            jnp.stack([jnp.sum(f, 0), jnp.sum(f * f, 0), jnp.sum(df, 0), jnp.sum(2.0 * f * df, 0)]),
+            jnp.stack([jnp.sum(jac, 0), jnp.sum(jac * jac, 0), jnp.sum(2.0 * f[..., None] * jac, 0)]),
+        )
+
+    consts = (flat, eps_grid, tilt_eps, log_scale, key_data)
+    plain, jac = _engine.ordered_sum(_engine.map_chunks(one_chunk, -(-num_samples // _engine.CHUNK), consts))
+    return plain, jac, unravel
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(5,))
+def _sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics):
+    return _plain_sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics)
+
+
+@_sums.defjvp
+def _sums_jvp(statics, primals, tangents):
+    mechs, eps_grid, tilt_eps, log_scale, key_data = primals
+    t_mechs, t_eps = tangents[0], tangents[1]
+    plain, jac, _ = gradient_sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics)
+    t_flat, _ = ravel_pytree(jax.tree.map(_zero_float0, t_mechs, mechs))
+    t_eps = _zero_float0(t_eps, eps_grid)
+    d0 = jac[0] @ t_flat + plain[2] * t_eps
+    d1 = jac[2] @ t_flat + plain[3] * t_eps
+    # the derivative of sum df/deps is not computed (it feeds standard errors and interpolation slopes only)
+    out = plain[:3]
+    return out, jnp.stack([d0, d1, jnp.zeros_like(d0)])
+
+
+def _zero_float0(t, like):
+    if getattr(t, "dtype", None) == jax.dtypes.float0 or isinstance(t, jax.custom_derivatives.SymbolicZero):
+        return jnp.zeros(jnp.shape(like), jnp.float64)
+    return jnp.asarray(t, jnp.float64)
+
+
+def direction_sums(parts, direction, estimator, key, num_samples, eps_grid, tilt_eps, log_scale):
+    """``(sum f, sum f^2, sum df/deps)`` on ``eps_grid`` (each ``(G,)``, ``f`` scaled by ``e^-log_scale``);
+    differentiable in the mechanisms and ``eps_grid`` (unbiased estimates of the derivatives of delta)."""
+    statics = (tuple(p.count for p in parts), str(direction), estimator, int(num_samples))
+    mechs = tuple(p.mech for p in parts)
+    return _sums(mechs, eps_grid, tilt_eps, log_scale, jax.random.key_data(key), statics)
 
 
 def _mean_se(sums, n):
@@ -167,7 +243,8 @@ def _delta_impl(mechs, key_data, eps, *, counts, directions, estimator, num_samp
     for i, d in enumerate(directions):
         log_scale = jax.lax.stop_gradient(jnp.nan_to_num(approx_log_delta(parts, d, eps), nan=0.0))
         sums = direction_sums(parts, d, estimator, jax.random.fold_in(key, i), num_samples, eps[None], eps, log_scale)
-        mean, se, _ = _mean_se(sums, num_samples)
+        mean = sums[0] / num_samples
+        se = jax.lax.stop_gradient(_mean_se(sums, num_samples)[1])  # (no derivative: sqrt at 0 would give NaN)
         scale = jnp.exp(log_scale)
         out = jnp.stack([mean[0] * scale, se[0] * scale])
         best = out if best is None else jnp.where(out[0] > best[0], out, best)
@@ -226,11 +303,19 @@ def _epsilon_impl(mechs, key_data, log_delta, *, counts, directions, estimator, 
         grid = lo + (hi - lo) * jnp.linspace(0.0, 1.0, GRID)
         log_scale = jax.lax.stop_gradient(log_delta)
         sums = direction_sums(parts, d, estimator, jax.random.fold_in(key, i), num_samples, grid, eps0, log_scale)
-        mean, se, dmean = _mean_se(sums, num_samples)
+        live_mean = sums[0] / num_samples  # the only value a derivative flows through (below)
+        mean, se, dmean = jax.lax.stop_gradient(_mean_se(sums, num_samples))
         target = log_delta - log_scale
-        with np.errstate(divide="ignore"):
-            log_mean = jnp.log(mean)
+        log_mean = jnp.log(mean)
         eps_hat, pos = _interp_root(grid, log_mean, dmean / mean, target)
+        # derivative by the implicit function theorem: d eps = -d log delta(eps) / (d log delta / d eps)
+        pos_c = jnp.clip(jnp.nan_to_num(jax.lax.stop_gradient(pos)), 0.0, GRID - 1.0)
+        k0 = jnp.minimum(jnp.floor(pos_c).astype(jnp.int32), GRID - 2)
+        frac = pos_c - k0
+        mean_at = (1.0 - frac) * live_mean[k0] + frac * live_mean[k0 + 1]  # interpolated in delta (safe at 0)
+        moved = jnp.log(jnp.maximum(mean_at, 1e-300))
+        log_slope = ((1.0 - frac) * dmean[k0] + frac * dmean[k0 + 1]) / jax.lax.stop_gradient(mean_at)
+        eps_hat = jax.lax.stop_gradient(eps_hat) - (moved - jax.lax.stop_gradient(moved)) / log_slope
         eps_lo, _ = _interp_root(grid, jnp.log(jnp.maximum(mean - z * se, 0.0)), jnp.full(GRID, jnp.nan), target)
         eps_hi, _ = _interp_root(grid, jnp.log(mean + z * se), jnp.full(GRID, jnp.nan), target)
         # the standard error at the root: delta's, over the slope of delta(eps)
@@ -351,7 +436,7 @@ def montecarlo_epsilon(
       >>> import jax, jaxdp
       >>> est = jaxdp.montecarlo_epsilon(jaxdp.Gaussian(1.0), delta=0.126936, key=jax.random.key(0),
       ...                                num_samples=100_000)
-      >>> float(est.ci_low) <= 1.0 <= float(est.ci_high)
+      >>> abs(float(est.value) - 1.0) < 4 * float(est.stderr)   # Gaussian(1): delta(1) = 0.126936
       True
     """
     key_data = _check_common(key, num_samples, estimator, confidence)
@@ -372,3 +457,119 @@ def _epsilon_entry(mechs, key_data, delta, statics, confidence):
     return MonteCarloEstimate(
         out[0], out[1], out[2], out[3], jnp.asarray(statics["num_samples"]), statics["estimator"], float(confidence)
     )
+
+
+@pytree_dataclass(data=("estimate", "grad", "stderr"))
+class MonteCarloGradient:
+    """A Monte Carlo estimate with unbiased estimates of its derivatives in the mechanism's parameters.
+
+    Attributes:
+      estimate: the :class:`MonteCarloEstimate` of delta (or epsilon).
+      grad: derivatives of delta (or epsilon) in the parameters, shaped like the mechanism (for a
+        composition of several segments: a tuple, one per segment, as :meth:`Composition.segments`).
+      stderr: their standard errors, shaped like ``grad``.
+    """
+
+    estimate: MonteCarloEstimate
+    grad: object
+    stderr: object
+
+
+def _grad_impl(mechs, key_data, eps, *, counts, directions, estimator, num_samples, z):
+    parts = tuple(_engine.Part(m, n) for m, n in zip(mechs, counts))
+    n = num_samples
+    best = None
+    for i, d in enumerate(directions):
+        log_scale = jax.lax.stop_gradient(jnp.nan_to_num(approx_log_delta(parts, d, eps), nan=0.0))
+        key_d = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key_data), i))
+        plain, jac, _ = gradient_sums(mechs, eps[None], eps, log_scale, key_d, (counts, d, estimator, n))
+        scale = jnp.exp(log_scale)
+        mean = plain[0, 0] / n
+        se = jnp.sqrt(jnp.maximum(plain[1, 0] / n - mean**2, 0.0) * n / max(n - 1, 1) / n)
+        slope = plain[2, 0] / n  # d delta / d eps
+        g = jac[0, 0] / n
+        g_se = jnp.sqrt(jnp.maximum(jac[1, 0] / n - g**2, 0.0) * n / max(n - 1, 1) / n)
+        out = jnp.concatenate([jnp.stack([mean, se, slope]) * scale, g * scale, g_se * scale])
+        best = out if best is None else jnp.where(out[0] > best[0], out, best)
+    return best
+
+
+_grad_jit = jax.jit(_grad_impl, static_argnames=("counts", "directions", "estimator", "num_samples", "z"))
+
+
+def montecarlo_grad(
+    mechanism,
+    *,
+    epsilon=None,
+    delta=None,
+    num_steps=1,
+    key,
+    num_samples: int = DEFAULT_SAMPLES,
+    estimator: str = "tilted",
+    confidence: float = 0.95,
+) -> MonteCarloGradient:
+    """Monte Carlo estimates of delta(epsilon) (or epsilon(delta)) and of their derivatives in the mechanism's
+    parameters (noise multiplier, sampling probability, ...), each with its standard error.
+
+    The derivatives are pathwise in the privacy loss and likelihood-ratio in the importance weight (the
+    proposal is held fixed), so they are unbiased; for epsilon, ``d eps = -d delta / (d delta / d eps)`` at
+    the estimated epsilon, from the same samples.  ``jax.grad`` of :func:`montecarlo_delta` or
+    :func:`montecarlo_epsilon` gives the same derivatives without their standard errors.
+
+    Give exactly one of ``epsilon`` and ``delta``; the other arguments are those of :func:`montecarlo_delta`.
+
+    Example:
+      >>> import jax, jaxdp
+      >>> r = jaxdp.montecarlo_grad(jaxdp.Gaussian(1.0), epsilon=1.0, key=jax.random.key(0), num_samples=50_000)
+      >>> float(r.grad.noise_multiplier) < 0 < float(r.stderr.noise_multiplier)   # more noise, smaller delta
+      True
+    """
+    key_data = _check_common(key, num_samples, estimator, confidence)
+    if (epsilon is None) == (delta is None):
+        raise ValueError("give exactly one of epsilon and delta.")
+    comp, parts = parts_of(mechanism, num_steps)
+    statics = _statics(parts, comp, estimator, num_samples, confidence)
+    mechs = tuple(p.mech for p in parts)
+    if delta is not None:
+        _validate.open_unit("delta", delta)
+        eps_est = _epsilon_entry(mechs, key_data, delta, statics, confidence)
+        eps = eps_est.value
+    else:
+        _validate.nonnegative("epsilon", epsilon)
+        eps = epsilon
+    return _grad_entry(mechs, key_data, eps, statics, confidence, delta is not None, mechanism)
+
+
+@functools.partial(float64_entry)
+def _grad_entry(mechs, key_data, eps, statics, confidence, for_epsilon, like):
+    out = _grad_jit(mechs, key_data, jnp.asarray(eps, jnp.float64), **statics)
+    n_p = (out.shape[0] - 3) // 2
+    mean, se, slope = out[0], out[1], out[2]
+    g, g_se = out[3 : 3 + n_p], out[3 + n_p :]
+    z = statics["z"]
+    if for_epsilon:  # implicit function: d eps = -d delta / slope; delta's interval mapped through the slope
+        g, g_se = -g / slope, g_se / jnp.abs(slope)
+        est = MonteCarloEstimate(
+            jnp.asarray(eps),
+            se / jnp.abs(slope),
+            eps - z * se / jnp.abs(slope),
+            eps + z * se / jnp.abs(slope),
+            jnp.asarray(statics["num_samples"]),
+            statics["estimator"],
+            float(confidence),
+        )
+    else:
+        est = MonteCarloEstimate(
+            mean,
+            se,
+            jnp.maximum(mean - z * se, 0.0),
+            mean + z * se,
+            jnp.asarray(statics["num_samples"]),
+            statics["estimator"],
+            float(confidence),
+        )
+    _, unravel = ravel_pytree(mechs)
+    grads, ses = unravel(g), unravel(g_se)
+    if len(mechs) == 1:
+        grads, ses = grads[0], ses[0]
+    return MonteCarloGradient(est, grads, ses)
