@@ -5,20 +5,27 @@ functions of them that jit, vmap and differentiate with respect to the noise
 multiplier and the sampling probability.  All computation is float64.
 """
 
+from jaxdp.accountants import EvrVerdict as EvrVerdict
 from jaxdp.accountants import MethodInfo as MethodInfo
 from jaxdp.accountants import MonteCarloEstimate as MonteCarloEstimate
 from jaxdp.accountants import MonteCarloGradient as MonteCarloGradient
+from jaxdp.accountants import OnlineCurve as OnlineCurve
 from jaxdp.accountants import available_methods as available_methods
+from jaxdp.accountants import bennett_num_samples as bennett_num_samples
 from jaxdp.accountants import default_method as default_method
 from jaxdp.accountants import delta_for_epsilon as delta_for_epsilon
 from jaxdp.accountants import epsilon_for_delta as epsilon_for_delta
+from jaxdp.accountants import evr as evr
+from jaxdp.accountants import evr_offset as evr_offset
 from jaxdp.accountants import log_delta_for_epsilon as log_delta_for_epsilon
 from jaxdp.accountants import method_info as method_info
 from jaxdp.accountants import montecarlo_delta as montecarlo_delta
 from jaxdp.accountants import montecarlo_epsilon as montecarlo_epsilon
 from jaxdp.accountants import montecarlo_grad as montecarlo_grad
+from jaxdp.accountants import online_epsilon as online_epsilon
 from jaxdp.accountants import register_method as register_method
 from jaxdp.accountants import renyi_dp as renyi_dp
+from jaxdp.accountants import second_moment_bound as second_moment_bound
 from jaxdp.calibration import CalibrationResult as CalibrationResult
 from jaxdp.calibration import TradeoffResult as TradeoffResult
 from jaxdp.calibration import calibrate as calibrate

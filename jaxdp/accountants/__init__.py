@@ -21,22 +21,34 @@ from jaxdp.accountants._api import (
 )
 from jaxdp.accountants._exact import log_delta_gaussian
 from jaxdp.accountants.montecarlo import (
+    EvrVerdict,
     MonteCarloEstimate,
     MonteCarloGradient,
+    OnlineCurve,
+    bennett_num_samples,
+    evr,
+    evr_offset,
     montecarlo_delta,
     montecarlo_epsilon,
     montecarlo_grad,
+    online_epsilon,
+    second_moment_bound,
 )
 
 __all__ = [
+    "EvrVerdict",
     "MethodInfo",
     "MonteCarloEstimate",
     "MonteCarloGradient",
+    "OnlineCurve",
     "available_methods",
+    "bennett_num_samples",
     "default_method",
     "delta_for_epsilon",
     "epsilon_for_delta",
     "epsilon_of_composition",
+    "evr",
+    "evr_offset",
     "log_delta_for_epsilon",
     "log_delta_gaussian",
     "log_delta_of_composition",
@@ -44,6 +56,8 @@ __all__ = [
     "montecarlo_delta",
     "montecarlo_epsilon",
     "montecarlo_grad",
+    "online_epsilon",
     "register_method",
     "renyi_dp",
+    "second_moment_bound",
 ]

@@ -13,5 +13,26 @@ from jaxdp.accountants.montecarlo._estimate import (
     montecarlo_epsilon,
     montecarlo_grad,
 )
+from jaxdp.accountants.montecarlo._online import OnlineCurve, online_epsilon
+from jaxdp.accountants.montecarlo._verify import (
+    EvrVerdict,
+    bennett_num_samples,
+    evr,
+    evr_offset,
+    second_moment_bound,
+)
 
-__all__ = ["MonteCarloEstimate", "MonteCarloGradient", "montecarlo_delta", "montecarlo_epsilon", "montecarlo_grad"]
+__all__ = [
+    "EvrVerdict",
+    "MonteCarloEstimate",
+    "MonteCarloGradient",
+    "OnlineCurve",
+    "bennett_num_samples",
+    "evr",
+    "evr_offset",
+    "montecarlo_delta",
+    "montecarlo_epsilon",
+    "montecarlo_grad",
+    "online_epsilon",
+    "second_moment_bound",
+]

@@ -68,15 +68,16 @@ def saddle_t(parts, direction, eps):
     return jax.lax.stop_gradient(jnp.exp(0.5 * (a + b)))
 
 
-def plan_proposals(parts, direction, eps, estimator):
+def plan_proposals(parts, direction, eps, estimator, theta_one=None):
     """Per-part fixed proposals for a query at ``eps``: ``[(proposal, base)]`` (``base``: ``P`` itself, the law
-    of the untilted steps of ``"tilted-one"``)."""
+    of the untilted steps of ``"tilted-one"``, whose tilts are ``theta_one`` when given, one per part)."""
     eps = jax.lax.stop_gradient(jnp.asarray(eps, jnp.float64))
     fams = [fam_mod.family(p.mech, direction) for p in parts]
     if estimator == "simple":
         return [(fam_mod.untilted(f), None) for f in fams]
     if estimator == "tilted-one":
-        return [(fam_mod.x_tilt(f, fam_mod.solve_theta(f, eps)), fam_mod.untilted(f)) for f in fams]
+        thetas = [fam_mod.solve_theta(f, eps) if theta_one is None else theta_one[i] for i, f in enumerate(fams)]
+        return [(fam_mod.x_tilt(f, th), fam_mod.untilted(f)) for f, th in zip(fams, thetas)]
     t = saddle_t(parts, direction, eps)
     return [(fam_mod.loss_tilt(f, t), None) for f in fams]
 

@@ -150,18 +150,18 @@ def _chunk_f(parts, direction, estimator, proposals, key, c, num_samples, eps_gr
     return f, df
 
 
-def _plain_sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics):
+def _plain_sums(mechs, eps_grid, tilt_eps, log_scale, key_data, statics, theta_one=None):
     counts, direction, estimator, num_samples = statics
 
     def one_chunk(c, consts):
-        mechs, eps_grid, tilt_eps, log_scale, key_data = consts
+        mechs, eps_grid, tilt_eps, log_scale, key_data, theta_one = consts
         parts = tuple(_engine.Part(m, n) for m, n in zip(mechs, counts))
-        proposals = _engine.plan_proposals(parts, direction, tilt_eps, estimator)
+        proposals = _engine.plan_proposals(parts, direction, tilt_eps, estimator, theta_one)
         key = jax.random.wrap_key_data(key_data)
         f, df = _chunk_f(parts, direction, estimator, proposals, key, c, num_samples, eps_grid, log_scale, False)
         return jnp.stack([jnp.sum(f, 0), jnp.sum(f * f, 0), jnp.sum(df, 0)])
 
-    consts = (mechs, eps_grid, tilt_eps, log_scale, key_data)
+    consts = (mechs, eps_grid, tilt_eps, log_scale, key_data, theta_one)
     return _engine.ordered_sum(_engine.map_chunks(one_chunk, -(-num_samples // _engine.CHUNK), consts))
 
 

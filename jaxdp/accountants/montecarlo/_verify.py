@@ -1,0 +1,319 @@
+"""The Monte Carlo DP verifier (Alg. 2 of Wang et al. 2023) and estimate-verify-release (Alg. 1).
+
+``DPV(M, eps, delta_est)`` draws ``m`` samples of an unbiased estimator of ``delta(eps)`` and accepts when
+the estimate is below ``delta_est / tau - Delta``.  With ``E[estimator^2] <= nu`` and
+``m >= 2 nu / Delta^2 log(tau / delta_est)`` (Bennett's inequality, Thm 4.3; the estimator is
+non-negative, so the lower tail needs only the second moment), a mechanism whose true
+``delta(eps) > delta_est / tau`` is accepted with probability at most ``delta_est / tau``: releasing
+after an accepted test is ``(eps, delta_est / tau)``-DP (Thm 3.2).  The offset is
+``Delta = 0.4 (1/tau - 1/rho) delta_est`` with ``rho = (1 + tau) / 2`` (App. F), which keeps the
+false-negative rate (rejecting a ``delta_est >= rho delta(eps)``) about as small.
+
+Second-moment bounds ``nu`` (each a proven upper bound from a certified CGF bound):
+
+* simple estimator, any mechanism: Cor. 19,
+  ``nu = min_lam M(lam) e^{-eps lam} 4 lam^lam / (lam + 2)^(lam + 2)`` with ``log M = K_upper``;
+* the one-step tilt of a homogeneous Poisson-subsampled Gaussian under ``"remove"``: App. E.3 (the
+  first theorem there; ``theta sigma^2 >= 1``),
+  ``nu = M_P(theta) ((eps / q + k) / k)^{-theta sigma^2} e^{-theta / 2} nu_simple``, ``theta`` chosen to
+  minimise it.
+
+Each adjacency direction is verified on its own (the larger delta decides, so both must pass); the
+verifier uses, per direction, the estimator with the smaller sample count.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.accountants.montecarlo import _engine
+from jaxdp.accountants.montecarlo._estimate import _plain_sums, parts_of, raw_key
+from jaxdp.mechanisms import PoissonSubsampledGaussian
+from jaxdp.numerics import float64_scope, minimize_on_grid, pytree_dataclass
+from jaxdp.numerics import validate as _validate
+
+__all__ = ["EvrVerdict", "bennett_num_samples", "evr", "evr_offset", "second_moment_bound"]
+
+#: the verifier refuses (rejects, "inconclusive") above this many samples unless told otherwise
+DEFAULT_MAX_SAMPLES = 10**8
+_LAMBDAS = np.exp(np.linspace(math.log(1e-3), math.log(2e3), 160))
+_THETA_SIGMA2 = np.exp(np.linspace(0.0, math.log(200.0), 120))  # theta sigma^2 in [1, 200]
+
+
+def evr_offset(*, tau, delta_est, rho=None):
+    """The offset ``Delta = 0.4 (1/tau - 1/rho) delta_est`` (App. F), ``rho = (1 + tau) / 2`` by default.
+
+    Example:
+      >>> round(evr_offset(tau=0.9, delta_est=1e-5) / 1e-5, 6)   # 0.4 (1/0.9 - 1/0.95)
+      0.023392
+    """
+    tau = _check_tau(tau)
+    rho = (1.0 + tau) / 2.0 if rho is None else float(rho)
+    if not tau < rho <= 1.0:
+        raise ValueError(f"rho must lie in (tau, 1], got {rho!r} with tau = {tau!r}.")
+    return 0.4 * (1.0 / tau - 1.0 / rho) * float(delta_est)
+
+
+def bennett_num_samples(*, nu, offset, tau, delta_est) -> int:
+    """Samples for a tau-relaxed false-positive rate ``<= delta_est / tau`` (Thm 4.3):
+    ``m = ceil(2 nu / offset^2 log(tau / delta_est))``.
+
+    Example:
+      >>> bennett_num_samples(nu=1e-10, offset=1e-6, tau=0.9, delta_est=1e-5)   # 200 log(9e4) = 2281.5
+      2282
+    """
+    nu, offset, tau, delta_est = float(nu), float(offset), float(tau), float(delta_est)
+    if not (nu >= 0 and offset > 0 and 0 < delta_est < tau):
+        raise ValueError("bennett_num_samples needs nu >= 0, offset > 0 and 0 < delta_est < tau.")
+    return max(1, math.ceil(2.0 * nu / offset**2 * math.log(tau / delta_est)))
+
+
+def _check_tau(tau):
+    tau = float(tau)
+    if not (0.0 < tau < 1.0) or not math.isfinite(tau):
+        raise ValueError(f"tau must lie in (0, 1), got {tau!r}.")
+    return tau
+
+
+def _log_nu_simple(comp, direction, eps):
+    """Cor. 19 in logs, over a grid of lambda refined by golden section."""
+
+    def f(lam):
+        k = comp.cgf_upper(lam, direction)
+        return k - eps * lam + math.log(4.0) + lam * jnp.log(lam) - (lam + 2.0) * jnp.log(lam + 2.0)
+
+    value, _ = minimize_on_grid(f, jnp.asarray(_LAMBDAS))
+    return jnp.minimum(value, 0.0)  # the estimator lies in [0, 1]
+
+
+def _log_nu_one(sigma, q, k, eps, log_nu_simple):
+    """App. E.3 (first theorem) for ``k`` steps of PSG(sigma, q) under remove, minimised over theta."""
+    ts2 = jnp.asarray(_THETA_SIGMA2)
+    theta = ts2 / sigma**2
+    log_m = jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + theta) + 0.5 * sigma**2 * theta**2
+    log_nu = log_m - ts2 * jnp.log((eps / q + k) / k) - theta / 2.0 + log_nu_simple
+    i = jnp.argmin(jnp.where(jnp.isfinite(log_nu), log_nu, jnp.inf))
+    return log_nu[i], theta[i]
+
+
+@float64_scope
+def second_moment_bound(mechanism, *, epsilon, num_steps=1, estimator="simple", direction="remove"):
+    """A proven upper bound ``nu`` on ``E[estimator^2]`` for one sample of the Monte Carlo estimator of
+    ``delta(epsilon)`` (see the module notes), and the tilt it assumes (NaN for ``"simple"``).
+
+    ``estimator="tilted-one"`` applies to a Poisson-subsampled Gaussian (repeated, ``"remove"``) only.
+
+    Example:
+      >>> import jaxdp
+      >>> nu, _ = second_moment_bound(jaxdp.Gaussian(1.0), epsilon=1.0)
+      >>> 0.1269 ** 2 <= float(nu) <= 0.1269   # between delta^2 and delta (the estimator lies in [0, 1])
+      True
+    """
+    _validate.nonnegative("epsilon", epsilon)
+    comp, parts = parts_of(mechanism, num_steps)
+    eps = jnp.asarray(epsilon, jnp.float64)
+    log_simple = _log_nu_simple(comp, direction, eps)
+    if estimator == "simple":
+        return jnp.exp(log_simple), jnp.asarray(jnp.nan)
+    if estimator != "tilted-one" or not _one_tilt_applies(parts, direction):
+        raise ValueError(
+            "a second-moment bound for importance sampling is available for the one-step tilt of a repeated "
+            "PoissonSubsampledGaussian under 'remove' (estimator='tilted-one') only."
+        )
+    m = parts[0].mech
+    log_nu, theta = _log_nu_one(
+        jnp.asarray(m.noise_multiplier), jnp.asarray(m.sampling_prob), parts[0].count, eps, log_simple
+    )
+    return jnp.exp(log_nu), theta
+
+
+def _one_tilt_applies(parts, direction):
+    return (
+        len(parts) == 1
+        and isinstance(parts[0].mech, PoissonSubsampledGaussian)
+        and str(getattr(direction, "value", direction)) == "remove"
+        and float(parts[0].mech.sampling_prob) < 1.0
+    )
+
+
+@pytree_dataclass(
+    data=("accepted", "epsilon", "delta", "delta_estimate", "threshold", "samples", "seconds"),
+    static=("estimators",),
+)
+class EvrVerdict:
+    """The verdict of estimate-verify-release for one or many candidates ``(epsilon, delta_est)``.
+
+    Attributes:
+      accepted: the verifier accepted: releasing is ``(epsilon, delta)``-DP.
+      epsilon: the candidates' epsilon.
+      delta: what an accepted release guarantees, ``delta_est / tau`` (NaN where rejected).
+      delta_estimate: the Monte Carlo estimate of delta(epsilon) the test used (the worse direction).
+      threshold: ``delta_est / tau - Delta``, the largest estimate accepted.
+      samples: samples drawn per candidate (each direction's count, summed; for a batch the largest
+        candidate's count is drawn once and shared, which only lowers the false-positive rate).
+      seconds: wall time of the whole call.
+      estimators: the estimator used per direction.
+    """
+
+    accepted: jax.Array
+    epsilon: jax.Array
+    delta: jax.Array
+    delta_estimate: jax.Array
+    threshold: jax.Array
+    samples: jax.Array
+    seconds: jax.Array
+    estimators: tuple = ()
+
+
+def _rounded_samples(m: int) -> int:
+    """``m`` rounded up to a whole number of chunks on a quarter-power-of-two ladder (few distinct programs)."""
+    chunks = -(-m // _engine.CHUNK)
+    step = 2.0 ** math.floor(math.log2(chunks)) / 4.0 if chunks >= 8 else 1.0
+    return int(math.ceil(chunks / step) * step) * _engine.CHUNK
+
+
+def evr(
+    mechanism,
+    *,
+    num_steps=1,
+    epsilon,
+    delta_est,
+    tau: float = 0.9,
+    rho: float | None = None,
+    key,
+    max_samples: int = DEFAULT_MAX_SAMPLES,
+) -> EvrVerdict:
+    """Estimate-verify-release: verify candidate ``(epsilon, delta_est)`` pairs by Monte Carlo (Alg. 2).
+
+    An accepted candidate may be released as ``(epsilon, delta_est / tau)``-DP: a mechanism whose true
+    delta(epsilon) exceeds ``delta_est / tau`` passes with probability at most ``delta_est / tau``.  The
+    sample count comes from Bennett's inequality with a proven second-moment bound, per adjacency
+    direction, with the cheaper of the simple estimator and (for a repeated Poisson-subsampled Gaussian,
+    under ``"remove"``) the one-step tilt.  A candidate needing more than ``max_samples`` is rejected
+    (reported with ``samples`` the count it would need).
+
+    Args:
+      mechanism: as :func:`montecarlo_delta`.
+      num_steps: a concrete whole number.
+      epsilon, delta_est: the candidates (scalars or arrays broadcast together; one call verifies them all).
+      tau: the tolerated relative underestimate in ``(0, 1)`` (the release's delta is ``delta_est / tau``).
+      rho: the false-negative slack, ``(1 + tau) / 2`` by default.
+      key: a JAX PRNG key.
+      max_samples: the most samples drawn per direction.
+
+    Returns:
+      An :class:`EvrVerdict`.
+
+    Example:
+      >>> import jax, jaxdp
+      >>> m = jaxdp.Gaussian(2.0)   # 4 steps: mu = 1, delta(1.0) = 0.126937 (closed form)
+      >>> v = jaxdp.evr(m, num_steps=4, epsilon=1.0, delta_est=[0.126937, 0.5 * 0.126937], key=jax.random.key(0))
+      >>> [bool(a) for a in v.accepted]
+      [True, False]
+    """
+    start = time.perf_counter()
+    tau = _check_tau(tau)
+    rho = (1.0 + tau) / 2.0 if rho is None else float(rho)
+    evr_offset(tau=tau, rho=rho, delta_est=0.5)  # validates rho
+    key_data = raw_key(key)
+    if not (isinstance(max_samples, (int, np.integer)) and max_samples >= 1):
+        raise ValueError(f"max_samples must be an integer >= 1, got {max_samples!r}.")
+    eps_arr, dest_arr = np.broadcast_arrays(np.asarray(epsilon, np.float64), np.asarray(delta_est, np.float64))
+    shape = eps_arr.shape
+    eps_flat, dest_flat = eps_arr.ravel(), dest_arr.ravel()
+    _validate.nonnegative("epsilon", eps_flat)
+    _validate.finite("delta_est", dest_flat)
+    if np.any((dest_flat <= 0) | (dest_flat >= tau)):
+        raise ValueError(f"delta_est must lie in (0, tau) = (0, {tau:g}), got {dest_flat!r}.")
+    comp, parts = parts_of(mechanism, num_steps)
+    offsets = 0.4 * (1.0 / tau - 1.0 / rho) * dest_flat
+    thresholds = dest_flat / tau - offsets
+    directions = tuple(str(getattr(d, "value", d)) for d in comp.directions)
+    worst = np.full(eps_flat.shape, -np.inf)
+    total = np.zeros(eps_flat.shape, dtype=np.int64)
+    ok_all = np.ones(eps_flat.shape, dtype=bool)
+    used = []
+    with jax.enable_x64(True):
+        for i, d in enumerate(directions):
+            options = []
+            nu_s, _ = _nus(comp, parts, d, eps_flat, "simple")
+            options.append(("simple", nu_s, None))
+            if _one_tilt_applies(parts, d):
+                nu_o, theta = _nus(comp, parts, d, eps_flat, "tilted-one")
+                options.append(("tilted-one", nu_o, theta))
+            best = None
+            for name, nu, theta in options:
+                need = np.array(
+                    [
+                        bennett_num_samples(nu=n, offset=o, tau=tau, delta_est=e)
+                        for n, o, e in zip(nu, offsets, dest_flat)
+                    ]
+                )
+                if best is None or need.max() < best[1].max():
+                    best = (name, need, theta)
+            name, need, theta = best
+            used.append(name)
+            feasible = need <= max_samples
+            m = int(need[feasible].max()) if feasible.any() else 0
+            total += need
+            if m == 0:
+                ok_all &= False
+                continue
+            m_run = min(_rounded_samples(m), max(max_samples, m))
+            theta_one = None
+            if name == "tilted-one":  # one tilt for the batch: that of the candidate needing most samples
+                j = int(np.argmax(np.where(feasible, need, -1)))
+                theta_one = jnp.asarray([theta[j]])
+            statics = (tuple(p.count for p in parts), d, name, int(m_run))
+            key_d = jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key_data), i))
+            sums = _sums_jit(
+                tuple(p.mech for p in parts),
+                jnp.asarray(eps_flat),
+                jnp.asarray(float(np.median(eps_flat))),
+                jnp.asarray(0.0),
+                key_d,
+                statics,
+                theta_one,
+            )
+            est = np.asarray(sums[0]) / m_run
+            worst = np.maximum(worst, est)
+            ok_all &= feasible & (est < thresholds)
+    accepted = ok_all
+    released = np.where(accepted, dest_flat / tau, np.nan)
+    seconds = time.perf_counter() - start
+    with jax.enable_x64(True):  # eager results in float64 whatever the user's x64 flag
+        return EvrVerdict(
+            jnp.asarray(accepted.reshape(shape)),
+            jnp.asarray(eps_arr, dtype=jnp.float64),
+            jnp.asarray(released.reshape(shape), dtype=jnp.float64),
+            jnp.asarray(worst.reshape(shape), dtype=jnp.float64),
+            jnp.asarray(thresholds.reshape(shape), dtype=jnp.float64),
+            jnp.asarray(total.reshape(shape), dtype=jnp.int64),
+            jnp.asarray(seconds, dtype=jnp.float64),
+            tuple(used),
+        )
+
+
+_sums_jit = jax.jit(_plain_sums, static_argnames=("statics",))
+
+
+def _nus(comp, parts, direction, eps_flat, estimator):
+    """``nu`` (and the tilt) per candidate epsilon, as numpy arrays."""
+    if estimator == "simple":
+        log_nu = jax.vmap(lambda e: _log_nu_simple(comp, direction, e))(jnp.asarray(eps_flat))
+        return np.exp(np.asarray(log_nu)), None
+    m = parts[0].mech
+    sigma, q = jnp.asarray(m.noise_multiplier), jnp.asarray(m.sampling_prob)
+
+    def one(e):
+        log_simple = _log_nu_simple(comp, direction, e)
+        log_nu, theta = _log_nu_one(sigma, q, parts[0].count, e, log_simple)
+        return log_nu, theta
+
+    log_nu, theta = jax.vmap(one)(jnp.asarray(eps_flat))
+    return np.exp(np.asarray(log_nu)), np.asarray(theta)
