@@ -321,3 +321,111 @@ def test_epsilon_gradient_by_the_implicit_function_matches_finite_differences():
     assert abs(float(g) - d_sigma) <= Z_TOL * float(r.stderr.noise_multiplier)
     with pytest.raises(ValueError, match="exactly one"):
         jaxdp.montecarlo_grad(m, epsilon=1.0, delta=1e-5, key=KEY)
+
+
+# -- online curve ---------------------------------------------------------------------------------
+def test_online_curve_matches_closed_form_at_every_step():
+    c = jaxdp.online_epsilon(jaxdp.Gaussian(10.0), delta=1e-5, max_steps=50, key=KEY, num_samples=20_000)
+    assert c.epsilon.shape == (50,) and int(c.steps[-1]) == 50
+    for k in (5, 20, 50):
+        mu = math.sqrt(k) / 10.0
+        truth = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(1.0 / mu), delta=1e-5, method="exact"))
+        assert abs(float(c.epsilon[k - 1]) - truth) <= Z_TOL * float(c.stderr[k - 1]) + 1e-6, k
+    assert np.all(np.diff(np.asarray(c.epsilon)) > -3 * np.asarray(c.stderr)[1:])  # grows with k (up to noise)
+    with pytest.raises(ValueError, match="Composition"):
+        jaxdp.online_epsilon(jaxdp.Composition.of((jaxdp.Gaussian(1.0), 2)), delta=1e-5, max_steps=3, key=KEY)
+    with pytest.raises(ValueError, match="max_steps"):
+        jaxdp.online_epsilon(jaxdp.Gaussian(1.0), delta=1e-5, max_steps=0, key=KEY)
+
+
+def test_online_curve_of_a_subsampled_gaussian_against_an_independent_accountant():
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.05)
+    c = jaxdp.online_epsilon(m, delta=1e-4, max_steps=200, key=KEY, num_samples=20_000)
+    for k in (50, 200):
+        truth = float(jaxdp.epsilon_for_delta(m, delta=1e-4, num_steps=k, method="characteristic"))
+        assert abs(float(c.epsilon[k - 1]) - truth) <= Z_TOL * float(c.stderr[k - 1]) + 1e-4, k
+
+
+# -- verifier and estimate-verify-release ----------------------------------------------------------
+def test_bennett_sample_count_and_offset_by_hand():
+    # m = ceil(2 nu / Delta^2 log(tau / delta_est)); Delta = 0.4 (1/tau - 1/rho) delta_est, rho = (1 + tau) / 2
+    assert jaxdp.bennett_num_samples(nu=1e-10, offset=1e-6, tau=0.9, delta_est=1e-5) == math.ceil(
+        2e-10 / 1e-12 * math.log(0.9 / 1e-5)
+    )
+    assert jaxdp.bennett_num_samples(nu=0.02, offset=0.01, tau=0.5, delta_est=0.1) == math.ceil(400 * math.log(5.0))
+    assert jaxdp.evr_offset(tau=0.9, delta_est=1e-5) == pytest.approx(0.4 * (1 / 0.9 - 1 / 0.95) * 1e-5, rel=1e-12)
+    assert jaxdp.evr_offset(tau=0.5, rho=0.8, delta_est=0.1) == pytest.approx(0.4 * (2.0 - 1.25) * 0.1, rel=1e-12)
+    with pytest.raises(ValueError, match="tau"):
+        jaxdp.evr_offset(tau=1.5, delta_est=1e-5)
+    with pytest.raises(ValueError, match="rho"):
+        jaxdp.evr_offset(tau=0.9, rho=0.5, delta_est=1e-5)
+
+
+def _empirical_second_moment(mech, eps, steps, estimator, theta=None, n=65536):
+    from jaxdp.accountants.montecarlo._estimate import _plain_sums
+
+    with jax.enable_x64(True):
+        _, parts = parts_of(mech, steps)
+        statics = (tuple(p.count for p in parts), "remove", estimator, n)
+        sums = _plain_sums(
+            tuple(p.mech for p in parts),
+            jnp.asarray([eps]),
+            jnp.asarray(eps),
+            jnp.asarray(0.0),
+            jax.random.key_data(KEY),
+            statics,
+            None if theta is None else jnp.asarray([theta]),
+        )
+        return float(sums[1][0]) / n, float(sums[0][0]) / n
+
+
+def test_second_moment_bounds_dominate_the_empirical_second_moment():
+    g = jaxdp.Gaussian(2.0)
+    nu, _ = jaxdp.second_moment_bound(g, epsilon=1.0, num_steps=4)
+    emp, mean = _empirical_second_moment(g, 1.0, 4, "simple")
+    assert mean**2 <= emp <= float(nu)
+    m = jaxdp.PoissonSubsampledGaussian(0.8, 0.02, adjacency="remove")
+    for estimator in ("simple", "tilted-one"):
+        nu, theta = jaxdp.second_moment_bound(m, epsilon=1.5, num_steps=100, estimator=estimator)
+        emp, _ = _empirical_second_moment(m, 1.5, 100, estimator, None if estimator == "simple" else float(theta))
+        assert emp <= float(nu), (estimator, emp, float(nu))
+    with pytest.raises(ValueError, match="tilted-one"):
+        jaxdp.second_moment_bound(jaxdp.Laplace(1.0), epsilon=1.0, estimator="tilted-one")
+
+
+def test_evr_accepts_an_accurate_estimate_and_rejects_an_underestimate():
+    g = jaxdp.Gaussian(2.0)  # 4 steps: mu = 1, delta(1) = 0.1269367
+    truth = _gaussian_delta(2.0, 4, 1.0)
+    v = jaxdp.evr(g, num_steps=4, epsilon=1.0, delta_est=[truth, 0.5 * truth, 0.98 * truth], key=KEY)
+    assert [bool(a) for a in v.accepted] == [True, False, True]
+    np.testing.assert_allclose(float(v.delta[0]), truth / 0.9)
+    assert np.isnan(float(v.delta[1]))
+    assert int(v.samples[1]) > int(v.samples[0]) > 0 and float(v.seconds) > 0
+    assert float(v.threshold[0]) == pytest.approx(truth / 0.9 - jaxdp.evr_offset(tau=0.9, delta_est=truth))
+    # a subsampled Gaussian, both directions verified; the estimate beyond the sample cap is rejected
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.2)
+    d = float(jaxdp.delta_for_epsilon(m, epsilon=1.0, num_steps=20, method="certified"))
+    v = jaxdp.evr(m, num_steps=20, epsilon=1.0, delta_est=[d, 0.4 * d], key=KEY)
+    assert [bool(a) for a in v.accepted] == [True, False] and len(v.estimators) == 2
+    capped = jaxdp.evr(m, num_steps=20, epsilon=1.0, delta_est=d, key=KEY, max_samples=10)
+    assert not bool(capped.accepted) and int(capped.samples) > 10
+    with pytest.raises(ValueError, match="delta_est"):
+        jaxdp.evr(m, num_steps=20, epsilon=1.0, delta_est=0.95, key=KEY)
+    with pytest.raises(ValueError, match="key"):
+        jaxdp.evr(m, num_steps=20, epsilon=1.0, delta_est=d, key=None)
+
+
+def test_certify_evr_in_a_calibration():
+    r = jaxdp.calibrate_noise_multiplier(
+        target_epsilon=1.0, delta=1e-2, num_steps=4, mechanism=jaxdp.Gaussian, certify="evr", key=KEY
+    )
+    assert r.certify == "evr" and int(r.status) == 0 and float(r.epsilon_certified) == 1.0
+    # the verified sigma is at least the one an exact accountant needs for (1.0, 1e-2)
+    exact = jaxdp.calibrate_noise_multiplier(
+        target_epsilon=1.0, delta=1e-2, num_steps=4, mechanism=jaxdp.Gaussian, method="exact", certify=None
+    )
+    assert float(r.noise_multiplier) >= float(exact.noise_multiplier)
+    with pytest.raises(ValueError, match="key"):
+        jaxdp.calibrate_noise_multiplier(
+            target_epsilon=1.0, delta=1e-2, num_steps=4, mechanism=jaxdp.Gaussian, certify="evr"
+        )

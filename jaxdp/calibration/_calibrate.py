@@ -173,6 +173,45 @@ def _rounding(result: CalibrationResult) -> CalibrationResult:
 
 # -- the pieces -----------------------------------------------------------------------------------
 
+#: ``certify=EVR``: estimate-verify-release by the Monte Carlo verifier instead of a certified accountant
+EVR = "evr"
+
+
+def _no_evr_options(key):
+    if key is not None:
+        raise ValueError("key applies to certify='evr' only.")
+
+
+def _evr_calibration(calibrator, kwargs, key, tau, mech_of):
+    """``certify="evr"``: the estimate calibrated below what the verifier must accept, then verified."""
+    if key is None:
+        raise ValueError("certify='evr' needs a PRNG key: key=jax.random.key(seed).")
+    scalars = {k: v for k, v in kwargs.items() if k not in ("mechanism", "method")}
+    if not all(_validate.is_concrete(v) and np.ndim(v) == 0 for v in scalars.values() if v is not None):
+        raise ValueError("certify='evr' needs concrete scalar inputs (the verifier runs eagerly).")
+    tau = float(tau)
+    if not 0.0 < tau < 1.0:
+        raise ValueError(f"tau must lie in (0, 1), got {tau!r}.")
+    rho = (1.0 + tau) / 2.0
+    delta = float(kwargs["delta"])
+    delta_est = tau * delta
+    estimate = calibrator(**{**kwargs, "delta": 0.9 * delta_est / rho}, certify=None)
+    if int(estimate.status) == INFEASIBLE or not np.isfinite(float(estimate.value)):
+        return dataclasses.replace(estimate, certify=EVR)
+    mech, steps = mech_of(estimate)
+    target = float(kwargs["target_epsilon"])
+    verdict = _accountant.evr(mech, num_steps=steps, epsilon=target, delta_est=delta_est, tau=tau, key=key)
+    accepted = bool(verdict.accepted)
+    eps_est = _accountant.epsilon_for_delta(mech, delta=delta, num_steps=steps, method=estimate.method)
+    status = int(estimate.status) if accepted else NOT_CERTIFIED
+    return dataclasses.replace(
+        estimate,
+        epsilon_estimate=jnp.asarray(eps_est, jnp.float64),
+        epsilon_certified=jnp.asarray(target if accepted else jnp.nan, jnp.float64),
+        status=jnp.asarray(status, estimate.status.dtype),
+        certify=EVR,
+    )
+
 
 def _epsilon(mechanism, num_steps, delta, method):
     """Epsilon of the composition (pure, traceable); NaN (overflow) is read as +inf."""
@@ -415,7 +454,7 @@ def _batch_jit(core, flat, *, method, certify, mechanism=None):
     return jax.lax.map(lambda a: core(*a, method=method, certify=certify, **extra), flat)
 
 
-def _certified_name(certify):
+def _certified_name(certify):  # (certify="evr" is handled before, by _evr_calibration)
     info = _accountant.method_info(certify)
     if not info.certified:
         raise ValueError(f"certify must name a certified method (e.g. 'certified'), got {certify!r}.")
@@ -459,6 +498,8 @@ def calibrate_noise_multiplier(
     method: str = "characteristic",
     certify: str | None = "certified-fast",
     sigma_max=100.0,
+    key=None,
+    tau: float = 0.9,
 ) -> CalibrationResult:
     """Smallest noise multiplier whose epsilon (at ``delta``) is at most ``target_epsilon``.
 
@@ -506,6 +547,23 @@ def calibrate_noise_multiplier(
     _validate.positive("sigma_max", sigma_max)
     if (sampling_prob is None) == (mechanism is None):
         raise ValueError("give exactly one of sampling_prob (Poisson-subsampled Gaussian) or mechanism.")
+    if certify == EVR:
+        kwargs = dict(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            num_steps=num_steps,
+            sampling_prob=sampling_prob,
+            mechanism=mechanism,
+            method=method,
+            sigma_max=sigma_max,
+        )
+
+        def mech_of(r):
+            s = float(r.noise_multiplier)
+            return (mechanism(s) if mechanism is not None else PoissonSubsampledGaussian(s, sampling_prob)), num_steps
+
+        return _evr_calibration(calibrate_noise_multiplier, kwargs, key, tau, mech_of)
+    _no_evr_options(key)
     if sampling_prob is not None:
         _validate.probability("sampling_prob", sampling_prob)
     inputs = {
@@ -551,6 +609,8 @@ def calibrate_sampling_prob(
     num_steps,
     method: str = "characteristic",
     certify: str | None = "certified-fast",
+    key=None,
+    tau: float = 0.9,
 ) -> CalibrationResult:
     """Largest Poisson sampling rate whose epsilon (at ``delta``) is at most ``target_epsilon``.
 
@@ -586,6 +646,22 @@ def calibrate_sampling_prob(
     _validate.open_unit("delta", delta)
     _validate.positive("noise_multiplier", noise_multiplier)
     _validate.num_steps("num_steps", num_steps)
+    if certify == EVR:
+        kwargs = dict(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            noise_multiplier=noise_multiplier,
+            num_steps=num_steps,
+            method=method,
+        )
+        return _evr_calibration(
+            calibrate_sampling_prob,
+            kwargs,
+            key,
+            tau,
+            lambda r: (PoissonSubsampledGaussian(noise_multiplier, float(r.sampling_prob)), num_steps),
+        )
+    _no_evr_options(key)
     inputs = {
         "target_epsilon": target_epsilon,
         "delta": delta,
@@ -637,6 +713,8 @@ def calibrate_num_steps(
     max_steps=10**7,
     method: str = "characteristic",
     certify: str | None = "certified-fast",
+    key=None,
+    tau: float = 0.9,
 ) -> CalibrationResult:
     """Largest whole number of steps whose epsilon (at ``delta``) is at most ``target_epsilon``.
 
@@ -673,6 +751,23 @@ def calibrate_num_steps(
     _validate.positive("noise_multiplier", noise_multiplier)
     _validate.probability("sampling_prob", sampling_prob)
     _validate.num_steps("max_steps", max_steps)
+    if certify == EVR:
+        kwargs = dict(
+            target_epsilon=target_epsilon,
+            delta=delta,
+            noise_multiplier=noise_multiplier,
+            sampling_prob=sampling_prob,
+            max_steps=max_steps,
+            method=method,
+        )
+        return _evr_calibration(
+            calibrate_num_steps,
+            kwargs,
+            key,
+            tau,
+            lambda r: (PoissonSubsampledGaussian(noise_multiplier, sampling_prob), int(r.num_steps)),
+        )
+    _no_evr_options(key)
     inputs = {
         "target_epsilon": target_epsilon,
         "delta": delta,
