@@ -5,6 +5,9 @@
     jaxdp calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 2000 [--method M] [--json]
     jaxdp calibrate --solve-for q|steps --sigma 0.8 ... (the other two given)
     jaxdp sweep --target-epsilon 8 --delta 1e-5 --q 0.001,0.01,0.1 --steps 100,1000,10000 [--out F.csv] [--plot F.png]
+    jaxdp epsilon ... --method montecarlo [--samples N] [--seed S] [--estimator tilted|tilted-one|simple]
+    jaxdp verify --sigma 1.0 --q 0.01 --steps 100 --epsilon 2.0 --delta-est 1e-4 [--tau 0.9] [--seed S] [--json]
+    jaxdp online --sigma 1.0 --q 0.01 --max-steps 2000 --delta 1e-5 [--samples N] [--json | --csv] [--plot F.png]
 
 Bad input exits with status 2 and one line on stderr.
 """
@@ -116,8 +119,213 @@ def build_parser():
     ps.add_argument("--certify", default="certified-fast", help="certified accountant of the check ('none' to skip)")
     ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
     ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
+    pv = sub.add_parser("verify", help="estimate-verify-release: Monte Carlo check of an estimated (epsilon, delta)")
+    pv.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
+    pv.add_argument("--q", type=_float("--q"), default=1.0, help="sampling probability in (0, 1]")
+    pv.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
+    pv.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    pv.add_argument("--epsilon", type=_float("--epsilon"), required=True, help="the candidate epsilon (>= 0)")
+    pv.add_argument("--delta-est", type=_float("--delta-est"), required=True, help="the estimated delta")
+    pv.add_argument("--tau", type=_float("--tau"), default=0.9, help="tolerated underestimate in (0, 1)")
+    pv.add_argument("--seed", type=int, default=0, help="seed of the verifier's samples")
+    pv.add_argument("--max-samples", type=int, default=10**8, help="most samples per direction")
+    pv.add_argument("--json", action="store_true", help="print one JSON object")
+    po = sub.add_parser("online", help="Monte Carlo epsilon after every step, from one sample set")
+    po.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
+    po.add_argument("--q", type=_float("--q"), default=1.0, help="sampling probability in (0, 1]")
+    po.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
+    po.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    po.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    po.add_argument("--samples", type=int, default=100_000, help="sample paths")
+    po.add_argument("--seed", type=int, default=0, help="seed")
+    fmt = po.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print one JSON object (arrays per step)")
+    fmt.add_argument("--csv", action="store_true", help="print CSV: step, epsilon, stderr, ci_low, ci_high")
+    po.add_argument("--plot", default=None, help="plot of epsilon against steps (PNG, needs matplotlib)")
     sub.add_parser("methods", help="list the accountants")
     return parser
+
+
+def _with_progress(label, fn):
+    """``fn()`` with an elapsed-time indicator on stderr (a TTY only) once it runs over two seconds."""
+    import threading
+
+    if not sys.stderr.isatty():
+        return fn()
+    done = threading.Event()
+
+    def spin():
+        if done.wait(2.0):
+            return
+        try:
+            from tqdm import tqdm
+        except ImportError:
+            tqdm = None
+        start = time.perf_counter()
+        bar = tqdm(total=None, desc=label, unit="s", file=sys.stderr, leave=False) if tqdm else None
+        while not done.wait(0.5):
+            if bar is not None:
+                bar.set_postfix_str(f"{time.perf_counter() - start:.0f} s")
+                bar.update(0)
+            else:
+                print(f"\r{label}: {time.perf_counter() - start:.0f} s", end="", file=sys.stderr, flush=True)
+        if bar is not None:
+            bar.close()
+        else:
+            print("", file=sys.stderr)
+
+    thread = threading.Thread(target=spin, daemon=True)
+    thread.start()
+    try:
+        return fn()
+    finally:
+        done.set()
+        thread.join()
+
+
+def _verify(args):
+    import jax
+
+    import jaxdp
+    from jaxdp.numerics import validate
+
+    validate.positive("--sigma", args.sigma)
+    validate.nonnegative("--epsilon", args.epsilon)
+    if args.q == 1.0:
+        mech = jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
+    else:
+        mech = jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+    verdict = _with_progress(
+        "verifying",
+        lambda: jaxdp.evr(
+            mech,
+            num_steps=args.steps,
+            epsilon=args.epsilon,
+            delta_est=args.delta_est,
+            tau=args.tau,
+            key=jax.random.key(args.seed),
+            max_samples=args.max_samples,
+        ),
+    )
+    accepted = bool(verdict.accepted)
+    record = {
+        "accepted": accepted,
+        "epsilon": args.epsilon,
+        "delta": float(verdict.delta) if accepted else None,
+        "delta_est": args.delta_est,
+        "tau": args.tau,
+        "delta_estimate": float(verdict.delta_estimate),
+        "threshold": float(verdict.threshold),
+        "samples": int(verdict.samples),
+        "seconds": float(verdict.seconds),
+        "estimators": list(verdict.estimators),
+        "seed": args.seed,
+        "sigma": args.sigma,
+        "q": args.q,
+        "steps": args.steps,
+        "adjacency": args.adjacency,
+    }
+    if args.json:
+        return json.dumps(record), record
+    if accepted:
+        verdict_text = (
+            f"ACCEPTED: releasing is ({args.epsilon:g}, {record['delta']:.6g})-DP "
+            f"(delta_est / tau; false-positive rate <= {record['delta']:.3g})"
+        )
+    else:
+        verdict_text = "REJECTED: the estimate could not be verified; do not release at this (epsilon, delta)"
+    text = (
+        f"{verdict_text}\n"
+        f"  Monte Carlo delta({args.epsilon:g}) = {record['delta_estimate']:.6g}, threshold {record['threshold']:.6g}\n"
+        f"  {record['samples']} samples ({', '.join(record['estimators'])}), seed {args.seed}, "
+        f"{record['seconds']:.2f} s"
+    )
+    return text, record
+
+
+def _online(args):
+    import jax
+    import numpy as np
+
+    import jaxdp
+    from jaxdp.numerics import validate
+
+    validate.positive("--sigma", args.sigma)
+    validate.open_unit("--delta", args.delta)
+    if args.samples < 1:
+        raise ValueError(f"--samples must be an integer >= 1, got {args.samples}.")
+    if args.q == 1.0:
+        mech = jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
+    else:
+        mech = jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+    start = time.perf_counter()
+    curve = _with_progress(
+        "online curve",
+        lambda: jaxdp.online_epsilon(
+            mech, delta=args.delta, max_steps=args.max_steps, key=jax.random.key(args.seed), num_samples=args.samples
+        ),
+    )
+    seconds = time.perf_counter() - start
+    cols = {k: np.asarray(getattr(curve, k), dtype=np.float64) for k in ("epsilon", "stderr", "ci_low", "ci_high")}
+    steps = np.asarray(curve.steps)
+    record = {
+        "steps": steps.tolist(),
+        **{k: [None if not math.isfinite(v) else v for v in cols[k].tolist()] for k in cols},
+        "delta": args.delta,
+        "method": "montecarlo",
+        "certified": False,
+        "samples": args.samples,
+        "seed": args.seed,
+        "seconds": seconds,
+        "sigma": args.sigma,
+        "q": args.q,
+        "adjacency": args.adjacency,
+    }
+    if args.plot is not None:
+        _online_plot(args, steps, cols)
+    if args.json:
+        return json.dumps(record), record
+    if args.csv:
+        lines = ["step,epsilon,stderr,ci_low,ci_high"]
+        lines += [
+            f"{int(k)},{e:.8g},{s:.3g},{lo:.8g},{hi:.8g}"
+            for k, e, s, lo, hi in zip(steps, cols["epsilon"], cols["stderr"], cols["ci_low"], cols["ci_high"])
+        ]
+        return "\n".join(lines), record
+    last = len(steps) - 1
+    marks = sorted({0, min(9, last), min(99, last), last // 2, last})
+    body = "\n".join(
+        f"  step {int(steps[i]):>7}: epsilon = {cols['epsilon'][i]:.5g} +- {cols['stderr'][i]:.2g}" for i in marks
+    )
+    text = (
+        f"online epsilon at delta = {args.delta:g} (Monte Carlo estimate, {args.samples} sample paths, seed "
+        f"{args.seed}; not a proven bound), {seconds:.2f} s\n{body}"
+    )
+    if args.plot is not None:
+        text += f"\nwrote the plot to {args.plot}"
+    return text, record
+
+
+def _online_plot(args, steps, cols):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install matplotlib).") from None
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    ax.plot(steps, cols["epsilon"], color="C0", label="Monte Carlo estimate")
+    ax.fill_between(steps, cols["ci_low"], cols["ci_high"], color="C0", alpha=0.25, label="95% interval")
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"epsilon at delta = {args.delta:g}")
+    sampled = f", q = {args.q:g}" if args.q != 1.0 else ""
+    ax.set_title(f"Privacy spent during training (sigma = {args.sigma:g}{sampled})")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    plt.close(fig)
 
 
 def _floats(name):
@@ -314,10 +522,10 @@ def _montecarlo(args, mech):
     start = time.perf_counter()
     common = dict(num_steps=args.steps, key=key, num_samples=args.samples, estimator=args.estimator)
     if args.command == "epsilon":
-        est = jaxdp.montecarlo_epsilon(mech, delta=args.delta, **common)
+        est = _with_progress("sampling", lambda: jaxdp.montecarlo_epsilon(mech, delta=args.delta, **common))
         eps, delta = float(est.value), args.delta
     else:
-        est = jaxdp.montecarlo_delta(mech, epsilon=args.epsilon, **common)
+        est = _with_progress("sampling", lambda: jaxdp.montecarlo_delta(mech, epsilon=args.epsilon, **common))
         eps, delta = args.epsilon, float(est.value)
     seconds = time.perf_counter() - start
     record = {
@@ -376,6 +584,10 @@ def _run(args):
         return _calibrate(args)
     if args.command == "sweep":
         return _sweep(args)
+    if args.command == "verify":
+        return _verify(args)
+    if args.command == "online":
+        return _online(args)
     validate.positive("--sigma", args.sigma)
     if args.command == "epsilon":
         validate.open_unit("--delta", args.delta)

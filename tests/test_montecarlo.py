@@ -429,3 +429,29 @@ def test_certify_evr_in_a_calibration():
         jaxdp.calibrate_noise_multiplier(
             target_epsilon=1.0, delta=1e-2, num_steps=4, mechanism=jaxdp.Gaussian, certify="evr"
         )
+
+
+def test_cli_verify_and_online(tmp_path):
+    from jaxdp import cli
+
+    def run(line):
+        return cli._run(cli.build_parser().parse_args(line.split()))
+
+    text, rec = run("verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.12 --seed 1 --json")
+    assert json.loads(text) == rec
+    assert rec["accepted"] is True and rec["delta"] == pytest.approx(0.12 / 0.9) and rec["samples"] > 0
+    assert {"accepted", "epsilon", "delta", "samples", "seconds"} <= set(rec)
+    _, rec = run("verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.05 --json")
+    assert rec["accepted"] is False and rec["delta"] is None
+    plot = tmp_path / "online.png"
+    text, rec = run(f"online --sigma 4 --max-steps 30 --delta 1e-4 --samples 5000 --csv --plot {plot}")
+    lines = text.splitlines()
+    assert lines[0] == "step,epsilon,stderr,ci_low,ci_high" and len(lines) == 31
+    assert plot.stat().st_size > 10_000
+    eps30 = float(lines[-1].split(",")[1])
+    truth = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(4.0), delta=1e-4, num_steps=30, method="exact"))
+    assert abs(eps30 - truth) <= Z_TOL * rec["stderr"][-1] + 1e-6
+    text, rec = run("online --sigma 4 --max-steps 3 --delta 1e-4 --samples 2000 --json")
+    assert json.loads(text)["steps"] == [1, 2, 3]
+    assert cli.main("online --sigma 4 --max-steps 3 --delta 2 --samples 10".split()) == 2
+    assert cli.main("verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.05 --tau 1.5".split()) == 2
