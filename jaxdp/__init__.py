@@ -39,5 +39,6 @@ from jaxdp.mechanisms import Gaussian as Gaussian
 from jaxdp.mechanisms import Laplace as Laplace
 from jaxdp.mechanisms import MixtureOfGaussians as MixtureOfGaussians
 from jaxdp.mechanisms import PoissonSubsampledGaussian as PoissonSubsampledGaussian
+from jaxdp.numerics import sweep as sweep
 
 __version__ = "0.1.0"

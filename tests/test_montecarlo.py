@@ -165,7 +165,11 @@ import json, jax, jaxdp
 m = jaxdp.PoissonSubsampledGaussian(1.0, 0.05)
 d = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=30, key=jax.random.key(5), num_samples=5 * 4096 + 7)
 e = jaxdp.montecarlo_epsilon(m, delta=1e-3, num_steps=30, key=jax.random.key(5), num_samples=3 * 4096)
-print(json.dumps([jax.local_device_count(), float(d.value), float(d.stderr), float(e.value)]))
+s = jaxdp.sweep(lambda sg, q: jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(sg, q), delta=1e-5,
+                 num_steps=100, method="rdp"), jax.numpy.linspace(0.8, 2.0, 11)[:, None], jax.numpy.array([0.01, 0.1]),
+                 batch_size=3)
+print(json.dumps([jax.local_device_count(), float(d.value), float(d.stderr), float(e.value)]
+                 + [float(x) for x in s.ravel()]))
 """
 
 
@@ -181,6 +185,20 @@ def test_one_device_and_four_devices_give_the_same_estimate():
     one, four = _run_devices(1), _run_devices(4)
     assert one[0] == 1 and four[0] == 4
     np.testing.assert_allclose(one[1:], four[1:], rtol=1e-12)
+
+
+def test_sweep_equals_vmap_and_a_loop():
+    def f(s, q):
+        return jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(s, q), delta=1e-5, num_steps=100, method="rdp")
+
+    sig = jnp.linspace(0.8, 2.0, 5)[:, None]
+    q = jnp.array([0.01, 0.1])
+    out = jaxdp.sweep(f, sig, q, batch_size=3)
+    assert out.shape == (5, 2)
+    loop = [[float(f(float(a), float(b))) for b in q] for a in sig[:, 0]]
+    np.testing.assert_allclose(np.asarray(out), loop, rtol=1e-6)  # float32 results (x64 off), float64 inside
+    with pytest.raises(ValueError, match="batch_size"):
+        jaxdp.sweep(f, sig, q, batch_size=0)
 
 
 def test_inside_user_jit_and_vmap_with_x64_off():

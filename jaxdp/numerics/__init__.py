@@ -31,6 +31,7 @@ from jaxdp.numerics._solvers import (
     with_slope,
 )
 from jaxdp.numerics._special import log_interval, log_normal_interval, log_normal_mass, mean_factor
+from jaxdp.numerics._sweep import sweep
 
 __all__ = [
     "DOWN",
@@ -60,6 +61,7 @@ __all__ = [
     "pytree_dataclass",
     "safeguarded_newton",
     "solve_decreasing",
+    "sweep",
     "to_f64",
     "validate",
     "with_slope",
