@@ -13,7 +13,7 @@ from jax.flatten_util import ravel_pytree
 from jaxdp.accountants.montecarlo import _engine
 from jaxdp.accountants.montecarlo import _families as fam_mod
 from jaxdp.mechanisms import as_composition
-from jaxdp.numerics import float64_entry, float64_scope, pytree_dataclass, to_f64
+from jaxdp.numerics import argmax, float64_entry, float64_scope, pytree_dataclass, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["MonteCarloEstimate", "MonteCarloGradient", "montecarlo_delta", "montecarlo_epsilon", "montecarlo_grad"]
@@ -258,7 +258,7 @@ def _interp_root(grid, log_vals, log_slopes, target):
     """Root of the decreasing ``log delta(eps)`` through the grid values (cubic Hermite with slopes; NaN where
     the target is not bracketed by the grid)."""
     below = log_vals < target
-    k = jnp.argmax(below)  # first grid point below the target
+    k = argmax(below)  # first grid point below the target
     ok = jnp.any(below) & (k > 0) & jnp.all(jnp.isfinite(log_vals[:1]))
     k = jnp.maximum(k, 1)
     x0, x1 = grid[k - 1], grid[k]
