@@ -24,6 +24,7 @@ verifier uses, per direction, the estimator with the smaller sample count.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
@@ -303,17 +304,21 @@ _sums_jit = jax.jit(_plain_sums, static_argnames=("statics",))
 
 
 def _nus(comp, parts, direction, eps_flat, estimator):
-    """``nu`` (and the tilt) per candidate epsilon, as numpy arrays."""
+    """``nu`` (and the tilt) per candidate epsilon, as numpy arrays (one compiled program per shape)."""
+    eps = jnp.asarray(eps_flat)
     if estimator == "simple":
-        log_nu = jax.vmap(lambda e: _log_nu_simple(comp, direction, e))(jnp.asarray(eps_flat))
-        return np.exp(np.asarray(log_nu)), None
+        return np.exp(np.asarray(_log_nus_simple(comp, eps, direction))), None
     m = parts[0].mech
     sigma, q = jnp.asarray(m.noise_multiplier), jnp.asarray(m.sampling_prob)
-
-    def one(e):
-        log_simple = _log_nu_simple(comp, direction, e)
-        log_nu, theta = _log_nu_one(sigma, q, parts[0].count, e, log_simple)
-        return log_nu, theta
-
-    log_nu, theta = jax.vmap(one)(jnp.asarray(eps_flat))
+    log_nu, theta = _log_nus_one(comp, sigma, q, eps, direction, parts[0].count)
     return np.exp(np.asarray(log_nu)), np.asarray(theta)
+
+
+@functools.partial(jax.jit, static_argnums=(2,))
+def _log_nus_simple(comp, eps, direction):
+    return jax.vmap(lambda e: _log_nu_simple(comp, direction, e))(eps)
+
+
+@functools.partial(jax.jit, static_argnums=(4, 5))
+def _log_nus_one(comp, sigma, q, eps, direction, count):
+    return jax.vmap(lambda e: _log_nu_one(sigma, q, count, e, _log_nu_simple(comp, direction, e)))(eps)
