@@ -109,15 +109,17 @@ def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CH
             if estimator == "tilted-one":
                 tilted = (offset + steps)[None, :] == pick[:, None]
                 x = fam_mod.draw(prop, k_b, (size, width), tilted, base)
-                a = fam_mod.proposal_log_density(prop, x) - fam_mod.proposal_log_density(base, x)
+                a = fam_mod.log_tilt_ratio(prop, x)
                 lse = jnp.logaddexp(lse, jax.nn.logsumexp(jnp.where(valid, a, -jnp.inf), axis=1))
             elif estimator == "tilted":
                 x, log_g = fam_mod.draw_with_density(prop, k_b, (size, width))
-                lr = fam_mod.log_density(fam, x) - log_g
-                log_w = log_w + jnp.sum(jnp.where(valid, lr, 0.0), axis=1)
+                ell, log_p = fam_mod.loss_and_log_density(fam, x)
+                log_w = log_w + jnp.sum(jnp.where(valid, log_p - log_g, 0.0), axis=1)
             else:
                 x = fam_mod.draw(prop, k_b, (size, width))
-            loss = loss + jnp.sum(jnp.where(valid, fam_mod.loss(fam, x), 0.0), axis=1)
+            if estimator != "tilted":
+                ell = fam_mod.loss(fam, x)
+            loss = loss + jnp.sum(jnp.where(valid, ell, 0.0), axis=1)
             if estimator != "tilted" and with_grad:
                 ref = base if base is not None else prop
                 if estimator == "simple":

@@ -86,6 +86,22 @@ def loss(fam, x):
     return fam.sign * log_r
 
 
+def loss_and_log_density(fam, x):
+    """``(loss(fam, x), log_density(fam, x))`` sharing one evaluation of ``log R(x)``.
+
+    Under ``"remove"`` ``P(x) = N(x; 0, s^2) R(x) / sum_j p_j`` (``P``'s components are ``R``'s), under
+    ``"add"`` ``P = N(0, s^2)``: the log density is the Gaussian's plus the loss (remove) or the Gaussian's
+    alone (add), so the hot loop pays for one log-sum-exp a step instead of two.
+    """
+    ell = loss(fam, x)
+    if isinstance(fam, LaplaceFamily):
+        return ell, log_density(fam, x)
+    log_phi = -0.5 * (x / fam.s) ** 2 - jnp.log(fam.s) - 0.5 * math.log(2.0 * math.pi)
+    if fam.sign > 0:
+        return ell, log_phi + ell - logsumexp(fam.log_p)
+    return ell, log_phi
+
+
 def log_mgf(fam, theta):
     """``log E_P[e^{theta x}]``."""
     if isinstance(fam, LaplaceFamily):
@@ -159,11 +175,14 @@ def exponential(key, shape):
 
 
 class GaussProposal(NamedTuple):
-    """A mixture ``sum_j pi_j N(mu_j, s^2)`` held fixed (no derivative flows through it)."""
+    """A mixture ``sum_j pi_j N(mu_j, s^2)`` held fixed (no derivative flows through it): the tilt
+    ``e^{theta x} P(x) / M(theta)`` of ``P`` (``theta = log_m = 0`` for ``P`` itself)."""
 
     log_pi: jax.Array
     mu: jax.Array
     s: jax.Array
+    theta: jax.Array
+    log_m: jax.Array
 
 
 class LaplaceProposal(NamedTuple):
@@ -171,6 +190,17 @@ class LaplaceProposal(NamedTuple):
 
     theta: jax.Array
     b: jax.Array
+
+    @property
+    def log_m(self):
+        bt = self.b * self.theta
+        return self.theta - jnp.log1p(-bt * bt)
+
+
+def log_tilt_ratio(prop, x):
+    """``log (dprop / dP)(x) = theta x - log M(theta)`` for an exponential tilt ``prop`` of ``P`` (``x_tilt``):
+    exact, and one multiply-add a step instead of two mixture densities."""
+    return prop.theta * x - prop.log_m
 
 
 def _sg(tree):
@@ -181,14 +211,17 @@ def untilted(fam):
     """``P`` itself as a fixed proposal."""
     if isinstance(fam, LaplaceFamily):
         return _sg(LaplaceProposal(jnp.zeros(()), fam.b))
-    return _sg(GaussProposal(fam.log_p, fam.c, fam.s))
+    zero = jnp.zeros((), jnp.float64)
+    return _sg(GaussProposal(fam.log_p, fam.c, fam.s, zero, zero))
 
 
 def x_tilt(fam, theta):
     """The exponential tilt of ``P`` in the output, ``P_theta(x) ~ e^{theta x} P(x)``."""
     if isinstance(fam, LaplaceFamily):
         return _sg(LaplaceProposal(theta, fam.b))
-    return _sg(GaussProposal(jax.nn.log_softmax(fam.log_p + theta * fam.c), fam.c + theta * fam.s**2, fam.s))
+    theta = jnp.asarray(theta, jnp.float64)
+    log_pi = jax.nn.log_softmax(fam.log_p + theta * fam.c)
+    return _sg(GaussProposal(log_pi, fam.c + theta * fam.s**2, fam.s, theta, log_mgf(fam, theta)))
 
 
 #: equal-probability cells of a tabulated tilt, and the fine grid its CDF is built on
@@ -203,6 +236,7 @@ class TableProposal(NamedTuple):
     edges: jax.Array  # (TABLE_CELLS - 1,) inner cell edges x_1 < ... < x_{M-1}
     rate_left: jax.Array
     rate_right: jax.Array
+    log_width: jax.Array  # (TABLE_CELLS,) log width of each inner cell (entries 0 and M-1 unused)
 
 
 def loss_tilt(fam, t):
@@ -230,7 +264,8 @@ def loss_tilt(fam, t):
     # tails continue the neighbouring cell's density: (1/M) rate at the edge
     rate_left = 1.0 / (edges[1] - edges[0])
     rate_right = 1.0 / (edges[-1] - edges[-2])
-    return _sg(TableProposal(edges, rate_left, rate_right))
+    widths = jnp.concatenate([jnp.ones(1), edges[1:] - edges[:-1], jnp.ones(1)])
+    return _sg(TableProposal(edges, rate_left, rate_right, jnp.log(widths)))
 
 
 def _table_draw(prop, key, shape):
@@ -239,22 +274,16 @@ def _table_draw(prop, key, shape):
     k = jnp.clip(jnp.floor(u).astype(jnp.int32), 0, m - 1)
     r = jnp.clip(u - k, 1e-300, 1.0 - 1e-16)
     inner = (k > 0) & (k < m - 1)
+    left = k == 0
     ki = jnp.clip(k, 1, m - 2)
     a = prop.edges[ki - 1]
     b = prop.edges[ki]
-    x_in = a + r * (b - a)
-    x_left = prop.edges[0] + jnp.log(r) / prop.rate_left
-    x_right = prop.edges[-1] - jnp.log1p(-r) / prop.rate_right
-    x = jnp.where(inner, x_in, jnp.where(k == 0, x_left, x_right))
-    log_g = -math.log(m) + jnp.where(
-        inner,
-        -jnp.log(b - a),
-        jnp.where(
-            k == 0,
-            jnp.log(prop.rate_left) - prop.rate_left * (prop.edges[0] - x),
-            jnp.log(prop.rate_right) - prop.rate_right * (x - prop.edges[-1]),
-        ),
-    )
+    # a tail draw is an exponential distance e past its outer edge (one log for both tails)
+    e = -jnp.log(jnp.where(left, r, 1.0 - r))
+    rate = jnp.where(left, prop.rate_left, prop.rate_right)
+    x_tail = jnp.where(left, prop.edges[0] - e / rate, prop.edges[-1] + e / rate)
+    x = jnp.where(inner, a + r * (b - a), x_tail)
+    log_g = -math.log(m) + jnp.where(inner, -prop.log_width[k], jnp.log(rate) - e)
     return x, log_g
 
 

@@ -101,10 +101,12 @@ def _online_impl(mech, key_data, log_delta, *, max_steps, directions, estimator,
             kk = jax.random.fold_in(key_d, k)
             if estimator == "tilted":
                 x, log_g = fam_mod.draw_with_density(prop, kk, (n,))
-                log_w = log_w + fam_mod.log_density(fam, x) - log_g
+                ell, log_p = fam_mod.loss_and_log_density(fam, x)
+                log_w = log_w + log_p - log_g
             else:
                 x = fam_mod.draw(prop, kk, (n,))
-            loss = loss + fam_mod.loss(fam, x)
+                ell = fam_mod.loss(fam, x)
+            loss = loss + ell
             eps = _solve(loss, log_w, log_delta, prev, hi, n)
             s, ds, var = _stats(loss, log_w, eps, n)
             se = jnp.sqrt(var / n) / jnp.abs(ds)
