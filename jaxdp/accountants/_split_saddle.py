@@ -1,0 +1,265 @@
+"""The saddle-point estimate of ``method="saddlepoint"``: a bulk/jump mixture with a skewness term.
+
+At small sampling rates the tilted step law ``P(x) e^{t* L(x)} / M(t*)`` at the saddle point ``t*`` has
+a heavy right shoulder or a second mode: the outputs where the privacy loss is in its linear regime
+(the sensitivity terms of ``R(x) = P/Q`` outweigh the zero-sensitivity term ``p_0``).  Under the tilt only
+a fraction ``p_J`` of the steps land there ("jumps", each adding a loss of several units) and
+``T p_J`` is of order 0.01-1, so the composed tilted law is a Binomial mixture over the number of jumps,
+not one Gaussian: the one-Gaussian formula ``delta_2`` reads ``K''(t*)`` inflated by the rare jumps and
+was 20-200 % off in epsilon (8-60x in delta) at ``q`` of 1e-4 to 1e-3.
+
+Here each step's tilted law is split (a sigmoid of width :data:`SPLIT_WIDTH` in the loss, at
+``L = log(2 p_0)``, where the zero-sensitivity term of ``R`` stops dominating) into a bulk and a jump part,
+each described by its first four cumulants from the mechanism's quadrature rule.  Given ``n`` jumps
+the composed tilted loss has cumulants ``A + n D`` (bulk totals plus ``n`` swaps of a bulk step for a
+jump), and
+
+    delta(eps) ~ e^{K(t) - t eps} sum_n Bin(n; T, p_J) E_n[e^{-t (L - eps)} (1 - e^{eps - L})_+]
+
+with ``E_n`` under a first-order Edgeworth density (Gaussian plus skewness) of those cumulants, in closed
+form (Mills ratio and a Hermite recurrence; Gauss-Laguerre where the recurrence would cancel).  The sum
+visits at most :data:`NUM_COUNTS` counts (a stride above one where the Binomial is wide: the summand is
+smooth on the scale of its standard deviation), so the cost does not depend on the number of steps.
+Without a zero-sensitivity component (the Gaussian mechanism, the add direction, Laplace) there are no
+jumps and the estimate is ``delta_2`` plus the skewness term, which vanishes for Gaussians.
+
+The second-order Edgeworth terms (kurtosis and squared skewness) are computed too; their effect on
+epsilon is the error indicator (:func:`split_terms`).  Exploration and measurements:
+``benchmarks/explore_saddlepoint_split.py``, ``benchmarks/results/saddlepoint.md``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, log_t_bracket, saddle_point
+from jaxdp.mechanisms import MixtureMechanism, by_direction, scan_parts
+from jaxdp.numerics import log_ndtr, log_sub_exp, solve_decreasing
+
+#: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
+SPLIT_WIDTH = 0.02
+#: counts of jumps visited by the mixture sum
+NUM_COUNTS = 64
+#: reach of the visited counts around the tilted mean number of jumps, in standard deviations
+COUNT_REACH = 12.0
+#: the Edgeworth factor is kept above this (its first-order form can turn negative far in a tail)
+MIN_FACTOR = 0.05
+#: above this Mills-ratio argument the Hermite recurrence cancels: Gauss-Laguerre instead
+_LAGUERRE_FROM = 8.0
+_GL_X, _GL_W = np.polynomial.laguerre.laggauss(24)
+
+
+class SplitShape(NamedTuple):
+    """Cumulants of the composed tilted loss at ``t`` split by the number of jumps (all float64)."""
+
+    k0: jax.Array  # K(t)
+    steps: jax.Array  # T
+    jumps: jax.Array  # T p_J, the tilted mean number of jumps
+    bulk: jax.Array  # (4,) cumulants with no jump
+    swap: jax.Array  # (4,) change of the cumulants per jump
+
+
+def _node_cumulants(log_w, ell):
+    """``(log mass, k1..k4)`` of the sub-probability with log weights ``log_w`` at losses ``ell``."""
+    log_mass = jax.nn.logsumexp(log_w)
+    p = jnp.exp(log_w - jnp.where(jnp.isfinite(log_mass), log_mass, 0.0))
+    k1 = jnp.sum(p * ell)
+    c = ell - k1
+    m2, m3, m4 = jnp.sum(p * c * c), jnp.sum(p * c**3), jnp.sum(p * c**4)
+    return log_mass, jnp.stack([k1, m2, m3, m4 - 3.0 * m2 * m2])
+
+
+def _jvp_cumulants(mech, direction, t):
+    """``k1..k4`` of one step's tilted loss by nested forward-mode derivatives of its CGF."""
+
+    def d(f):
+        return lambda s: jax.jvp(f, (s,), (jnp.ones_like(s),))[1]
+
+    f1 = d(lambda s: mech.cgf(s, direction))
+    f2 = d(f1)
+    f3 = d(f2)
+    f4 = d(f3)
+    return jnp.stack([f1(t), f2(t), f3(t), f4(t)])
+
+
+def step_split(mech, direction, t):
+    """``(p_J, bulk k1..k4, jump k1..k4)`` of one step's law tilted by ``e^{t L}`` (see the module)."""
+    if not isinstance(mech, MixtureMechanism):
+        k = _jvp_cumulants(mech, direction, t)
+        return jnp.zeros(()), k, k
+    log_p, c, _ = mech.mixture()
+    lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
+    rule = mech._rule(lam, direction)
+    ell = sign * rule.log_r
+    log_w = lam * rule.log_r + rule.log_w
+    log_w = log_w - jax.nn.logsumexp(log_w)
+    log_p0 = jax.nn.logsumexp(jnp.where(c == 0, log_p, -jnp.inf))
+    # jumps exist under "remove" with a zero-sensitivity component (else every step is bulk)
+    has_jumps = by_direction(direction, jnp.isfinite(log_p0), jnp.asarray(False))
+    x = (ell - (math.log(2.0) + jnp.where(jnp.isfinite(log_p0), log_p0, 0.0))) / SPLIT_WIDTH
+    log_s = jnp.where(has_jumps, jax.nn.log_sigmoid(x), -jnp.inf)
+    log_b = jnp.where(has_jumps, jax.nn.log_sigmoid(-x), 0.0)
+    log_pj, jump = _node_cumulants(log_w + log_s, ell)
+    _, bulk = _node_cumulants(log_w + log_b, ell)
+    pj = jnp.where(has_jumps, jnp.exp(jnp.minimum(log_pj, 0.0)), 0.0)
+    jump = jnp.where(pj > 0, jump, bulk)
+    return pj, bulk, jump
+
+
+def split_shape(comp, direction, t) -> SplitShape:
+    """Count-weighted sums of :func:`step_split` over the parts of ``comp`` (a stack segment by segment).
+
+    Heterogeneous parts pool their jumps: the count of jumps is taken Binomial with the total mean, and
+    each jump swaps the average (jump-weighted) bulk step for the average jump."""
+    t = jnp.asarray(t, jnp.float64)
+    zero4 = jnp.zeros(4)
+
+    def body(acc, m, n):
+        steps, lam, a, jp, bp = acc
+        pj, b, j = step_split(m, direction, t)
+        return steps + n, lam + n * pj, a + n * b, jp + n * pj * j, bp + n * pj * b
+
+    steps, lam, a, jp, bp = scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(()), zero4, zero4, zero4))
+    safe = jnp.where(lam > 0, lam, 1.0)
+    swap = jnp.where(lam > 0, (jp - bp) / safe, 0.0)
+    return SplitShape(comp.cgf(t, direction), steps, lam, a, swap)
+
+
+def _hermite(k, z):
+    return [1.0, z, z * z - 1.0, z**3 - 3.0 * z, z**4 - 6.0 * z * z + 3.0, z**5 - 10.0 * z**3 + 15.0 * z][k]
+
+
+def _ratios(z0, a):
+    """``(log J_0, [J_3, J_4, J_6] / J_0)``, ``J_k = int_0^inf e^{-u y - y^2/2} He_k(z0 + y) dy``, ``u = z0 + a``."""
+    u = z0 + a
+    log_j0 = log_ndtr(-u) + 0.5 * u * u + 0.5 * math.log(2.0 * math.pi)
+    big = u >= _LAGUERRE_FROM
+    # recurrence r_k = J_k / J_0 = He_{k-1}(z0) / J_0 - a r_{k-1}, where it does not cancel (u < 8; the
+    # other branch gets harmless stand-ins so that neither branch overflows)
+    a_r, z_r = jnp.where(big, 0.0, a), jnp.where(big, 0.0, z0)
+    inv_r = jnp.exp(-jnp.where(big, 0.0, log_j0))
+    r = [jnp.ones_like(u)]
+    for k in range(1, 7):
+        r.append(_hermite(k - 1, z_r) * inv_r - a_r * r[-1])
+    # Gauss-Laguerre for large u
+    uu = jnp.maximum(u, _LAGUERRE_FROM)
+    z_g = jnp.where(big, z0, 0.0)
+    inv_g = jnp.exp(-jnp.where(big, log_j0, 0.0))
+    y = _GL_X / uu[..., None]
+    base = _GL_W * jnp.exp(-0.5 * y * y) / uu[..., None]
+    zy = z_g[..., None] + y
+    he = {3: zy**3 - 3.0 * zy, 4: zy**4 - 6.0 * zy**2 + 3.0, 6: zy**6 - 15.0 * zy**4 + 45.0 * zy**2 - 15.0}
+    out = [jnp.where(big, jnp.sum(base * he[k], axis=-1) * inv_g, r[k]) for k in (3, 4, 6)]
+    return log_j0, out
+
+
+def _log_terms(k0, kappa, t, eps):
+    """``(log delta with the skewness term, log delta with the second-order terms too)`` for one Edgeworth
+    component with cumulants ``kappa = (k1, k2, k3, k4)``, at tilt ``t``."""
+    k1, k2, k3, k4 = kappa[..., 0], kappa[..., 1], kappa[..., 2], kappa[..., 3]
+    k2 = jnp.maximum(k2, 1e-300)
+    s = jnp.sqrt(k2)
+    z0 = (eps - k1) / s
+    g1, g2 = k3 / (s * k2), k4 / (k2 * k2)
+    lj_t, rt = _ratios(z0, t * s)
+    lj_u, ru = _ratios(z0, (t + 1.0) * s)
+    # Gaussian part: phi(z0) (J0(t) - J0(t + 1)), then the correction ratios relative to it
+    log_gauss = -0.5 * z0 * z0 - 0.5 * math.log(2.0 * math.pi) + log_sub_exp(lj_t, lj_u)
+    w = jnp.exp(lj_u - lj_t)  # J0(t + 1) / J0(t) < 1
+    den = jnp.maximum(-jnp.expm1(lj_u - lj_t), 1e-300)
+    rel = [(a - w * b) / den for a, b in zip(rt, ru)]  # (J_k(t) - J_k(t+1)) / (J_0(t) - J_0(t+1))
+    first = 1.0 + g1 / 6.0 * rel[0]
+    second = first + g2 / 24.0 * rel[1] + g1 * g1 / 72.0 * rel[2]
+    base = k0 - t * eps + log_gauss
+    return base + jnp.log(jnp.maximum(first, MIN_FACTOR)), base + jnp.log(jnp.maximum(second, MIN_FACTOR))
+
+
+def _counts(shape):
+    """The visited jump counts and their log weights (Binomial pmf times the stride)."""
+    steps, lam = shape.steps, shape.jumps
+    p = jnp.clip(lam / jnp.maximum(steps, 1.0), 0.0, 1.0)
+    sd = jnp.sqrt(lam * (1.0 - p))
+    lo = jnp.maximum(0.0, jnp.floor(lam - COUNT_REACH * sd - 4.0))
+    hi = jnp.minimum(steps, jnp.ceil(lam + COUNT_REACH * sd + 8.0))
+    stride = jnp.maximum(1.0, jnp.ceil((hi - lo) / (NUM_COUNTS - 1)))
+    n = lo + stride * jnp.arange(NUM_COUNTS)
+    ok = n <= hi
+    n = jnp.where(ok, n, lo)
+    log_p = jnp.log(jnp.where(p > 0, p, 1.0))
+    log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
+    log_pmf = (
+        jax.lax.lgamma(steps + 1.0)
+        - jax.lax.lgamma(n + 1.0)
+        - jax.lax.lgamma(jnp.maximum(steps - n, 0.0) + 1.0)
+        + jnp.where(n > 0, n * log_p, 0.0)
+        + jnp.where(steps - n > 0, (steps - n) * log_q, 0.0)
+    )
+    log_pmf = jnp.where((p == 0) & (n > 0), -jnp.inf, log_pmf)
+    log_pmf = jnp.where((p == 1) & (n < steps), -jnp.inf, log_pmf)
+    return n, jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
+
+
+def log_delta_split(shape: SplitShape, t, eps):
+    """``(log delta estimate, log delta with the second-order terms)`` from the split cumulants at tilt ``t``."""
+    n, log_w = _counts(shape)
+    kappa = shape.bulk[None, :] + n[:, None] * shape.swap[None, :]
+    first, second = _log_terms(shape.k0, kappa, t, eps)
+    out = [jnp.minimum(jax.nn.logsumexp(log_w + v), 0.0) for v in (first, second)]
+    return out[0], out[1]
+
+
+class SplitTerms(NamedTuple):
+    """The saddle-point estimate at one epsilon, one direction (float64; deltas in log space).
+
+    Attributes:
+      saddle_point: ``t*``.
+      log_delta: the estimate (bulk/jump mixture with the skewness term).
+      log_delta_plain: the one-Gaussian ``delta_2`` of Alghamdi et al.
+      expected_jumps: ``T p_J``, the tilted mean number of steps in the jump regime.
+      error_indicator: the second-order Edgeworth terms' effect on epsilon, relative
+        (``|Delta log delta| / (t* eps)``); the command line warns above 0.01.
+    """
+
+    saddle_point: jax.Array
+    log_delta: jax.Array
+    log_delta_plain: jax.Array
+    expected_jumps: jax.Array
+    error_indicator: jax.Array
+
+
+def split_terms(comp, direction, epsilon, log_delta_plain) -> SplitTerms:
+    t = saddle_point(comp, direction, epsilon)
+    shape = split_shape(comp, direction, t)
+    first, second = log_delta_split(shape, t, epsilon)
+    ind = jnp.abs(second - first) / jnp.maximum(t * jnp.abs(epsilon), 1e-300)
+    return SplitTerms(t, first, log_delta_plain(comp, direction, epsilon), shape.jumps, ind)
+
+
+def log_delta_estimate(comp, direction, epsilon):
+    """``log delta(eps)`` (estimate)."""
+    t = saddle_point(comp, direction, epsilon)
+    return log_delta_split(split_shape(comp, direction, t), t, epsilon)[0]
+
+
+def epsilon_estimate(comp, direction, log_delta):
+    """epsilon with estimated ``delta(eps) = delta``: along the saddle-point curve ``eps(t) = K'(t) - 1/t -
+    1/(1+t)``, where ``t`` is the saddle point of ``eps(t)``, so no inner solve is needed."""
+
+    def eps_at(t):
+        _, k1 = k01(comp, direction, t)
+        return k1 - 1.0 / t - 1.0 / (1.0 + t)
+
+    def g(u):  # decreasing in u = log t
+        t = jnp.exp(u)
+        eps = eps_at(t)
+        return log_delta_split(split_shape(comp, direction, t), t, eps)[0] - log_delta
+
+    u0 = guess_log_t_for_delta(comp, log_delta)
+    lo, hi = log_t_bracket(u0)
+    u = solve_decreasing(g, lo, hi, x0=u0, max_jump=2.0)
+    return jnp.maximum(eps_at(jnp.exp(u)), 0.0)
