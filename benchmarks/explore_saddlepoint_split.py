@@ -98,7 +98,7 @@ def saddle(kfun, eps):
     def g(u):
         return kfun(np.exp(u))[1] - eps - np.exp(-u) - 1 / (1 + np.exp(u))
 
-    return np.exp(optimize.brentq(g, np.log(1e-6), np.log(60.0), xtol=1e-13))
+    return np.exp(optimize.brentq(g, np.log(1e-6), np.log(5000.0), xtol=1e-13))
 
 
 def plain(m, steps, eps):

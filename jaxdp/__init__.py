@@ -10,6 +10,7 @@ from jaxdp.accountants import MethodInfo as MethodInfo
 from jaxdp.accountants import MonteCarloEstimate as MonteCarloEstimate
 from jaxdp.accountants import MonteCarloGradient as MonteCarloGradient
 from jaxdp.accountants import OnlineCurve as OnlineCurve
+from jaxdp.accountants import SplitTerms as SplitTerms
 from jaxdp.accountants import available_methods as available_methods
 from jaxdp.accountants import bennett_num_samples as bennett_num_samples
 from jaxdp.accountants import default_method as default_method
@@ -25,6 +26,7 @@ from jaxdp.accountants import montecarlo_grad as montecarlo_grad
 from jaxdp.accountants import online_epsilon as online_epsilon
 from jaxdp.accountants import register_method as register_method
 from jaxdp.accountants import renyi_dp as renyi_dp
+from jaxdp.accountants import saddlepoint_terms as saddlepoint_terms
 from jaxdp.accountants import second_moment_bound as second_moment_bound
 from jaxdp.calibration import CalibrationResult as CalibrationResult
 from jaxdp.calibration import TradeoffResult as TradeoffResult

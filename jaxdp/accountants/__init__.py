@@ -18,8 +18,10 @@ from jaxdp.accountants._api import (
     method_info,
     register_method,
     renyi_dp,
+    saddlepoint_terms,
 )
 from jaxdp.accountants._exact import log_delta_gaussian
+from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants.montecarlo import (
     EvrVerdict,
     MonteCarloEstimate,
@@ -41,6 +43,7 @@ __all__ = [
     "MonteCarloEstimate",
     "MonteCarloGradient",
     "OnlineCurve",
+    "SplitTerms",
     "available_methods",
     "bennett_num_samples",
     "default_method",
@@ -59,5 +62,6 @@ __all__ = [
     "online_epsilon",
     "register_method",
     "renyi_dp",
+    "saddlepoint_terms",
     "second_moment_bound",
 ]
