@@ -38,11 +38,13 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, log_t_bracket, saddle_point
-from jaxdp.mechanisms import MixtureMechanism, by_direction, scan_parts
+from jaxdp.mechanisms import MixtureMechanism, by_direction, mixture_rule, scan_parts
 from jaxdp.numerics import log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
 SPLIT_WIDTH = 0.02
+#: nodes per window of the quadrature rule of the split moments (the sigmoid must be resolved)
+SPLIT_NODES = 256
 #: counts of jumps visited by the mixture sum
 NUM_COUNTS = 64
 #: reach of the visited counts around the tilted mean number of jumps, in standard deviations
@@ -94,15 +96,19 @@ def step_split(mech, direction, t):
         return jnp.zeros(()), k, k
     log_p, c, _ = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
-    rule = mech._rule(lam, direction)
+    log_p_, c_, s_ = mech.mixture()
+    rule = mixture_rule(jnp.real(lam), log_p_, c_ / s_, nodes_per_window=SPLIT_NODES)
     ell = sign * rule.log_r
     log_w = lam * rule.log_r + rule.log_w
     log_w = log_w - jax.nn.logsumexp(log_w)
-    log_p0 = jax.nn.logsumexp(jnp.where(c == 0, log_p, -jnp.inf))
-    # jumps exist under "remove" with a zero-sensitivity component (else every step is bulk)
-    has_jumps = by_direction(direction, jnp.isfinite(log_p0), jnp.asarray(False))
-    x = (ell - (math.log(2.0) + jnp.where(jnp.isfinite(log_p0), log_p0, 0.0))) / SPLIT_WIDTH
-    log_s = jnp.where(has_jumps, jax.nn.log_sigmoid(x), -jnp.inf)
+    p0 = jnp.sum(jnp.where(c == 0, jnp.exp(log_p), 0.0))
+    # jumps exist under "remove" with a zero-sensitivity component (else every step is bulk); the stand-ins
+    # below keep every branch finite (a NaN in an unused branch would still reach the gradient)
+    has_jumps = by_direction(direction, p0 > 0, jnp.asarray(False))
+    # the split's position is held fixed under differentiation: the sharp sigmoid's slope is not resolved by
+    # the nodes, and delta itself does not depend on where the tilted law is split
+    x = (ell - (math.log(2.0) + jnp.log(jnp.where(p0 > 0, p0, 1.0)))) / SPLIT_WIDTH
+    log_s = jnp.where(has_jumps, jax.nn.log_sigmoid(x), -1e4)
     log_b = jnp.where(has_jumps, jax.nn.log_sigmoid(-x), 0.0)
     log_pj, jump = _node_cumulants(log_w + log_s, ell)
     _, bulk = _node_cumulants(log_w + log_b, ell)
@@ -183,9 +189,11 @@ def _counts(shape):
     """The visited jump counts and their log weights (Binomial pmf times the stride)."""
     steps, lam = shape.steps, shape.jumps
     p = jnp.clip(lam / jnp.maximum(steps, 1.0), 0.0, 1.0)
-    sd = jnp.sqrt(lam * (1.0 - p))
-    lo = jnp.maximum(0.0, jnp.floor(lam - COUNT_REACH * sd - 4.0))
-    hi = jnp.minimum(steps, jnp.ceil(lam + COUNT_REACH * sd + 8.0))
+    # the visited counts are discrete: no derivative flows through where they are
+    steps_c, lam_c, p_c = (jax.lax.stop_gradient(v) for v in (steps, lam, p))
+    sd = jnp.sqrt(lam_c * (1.0 - p_c))
+    lo = jnp.maximum(0.0, jnp.floor(lam_c - COUNT_REACH * sd - 4.0))
+    hi = jnp.minimum(steps_c, jnp.ceil(lam_c + COUNT_REACH * sd + 8.0))
     stride = jnp.maximum(1.0, jnp.ceil((hi - lo) / (NUM_COUNTS - 1)))
     n = lo + stride * jnp.arange(NUM_COUNTS)
     ok = n <= hi
