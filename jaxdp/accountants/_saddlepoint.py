@@ -1,11 +1,7 @@
 """Saddle-point accountant (Alghamdi, Gomez, Asoodeh, Calmon, Kosut & Sankar, ICML 2023).
 
-``delta_2`` is the saddle-point approximation at the saddle point ``t*``, which solves
-``K'(t*) = eps + 1/t* + 1/(1 + t*)`` for the composed CGF ``K``.  ``"saddlepoint"`` returns the estimate of
-:mod:`jaxdp.accountants._split_saddle` (``delta_2``'s Gaussian replaced by a bulk/jump mixture with a
-skewness term, which stays right at small sampling rates); the functions here that keep the plain
-``delta_2`` (``log_delta_saddlepoint``, ``epsilon_saddlepoint``) serve as starting points of the other
-accountants.
+``"saddlepoint"`` returns the saddle-point approximation ``delta_2`` at the saddle point ``t*``, which
+solves ``K'(t*) = eps + 1/t* + 1/(1 + t*)`` for the composed CGF ``K``: an estimate, not a bound.
 ``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound)`` with a Berry-Esseen error bound valid
 at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
 and where the moments cannot be resolved the bound is vacuous (delta = 1).  Root solves are bracketed
@@ -21,7 +17,6 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.accountants import _split_saddle
 from jaxdp.accountants._cgf import (
     guess_log_t_for_delta,
     k012,
@@ -225,12 +220,9 @@ METHODS = (
     MethodInfo(
         "saddlepoint",
         certified=False,
-        description=(
-            "saddle-point estimate: delta_2 with the tilted law split into bulk and jumps, plus a skewness "
-            "term (estimate; O(1) in the number of steps)"
-        ),
-        log_delta=_split_saddle.log_delta_estimate,
-        epsilon=_split_saddle.epsilon_estimate,
+        description="saddle-point approximation delta_2 (estimate; O(1) in the number of steps)",
+        log_delta=log_delta_saddlepoint,
+        epsilon=epsilon_saddlepoint,
         companion="certified",
     ),
     MethodInfo(
