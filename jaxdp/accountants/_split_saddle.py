@@ -1,4 +1,4 @@
-"""The saddle-point estimate of ``method="saddlepoint"``: a bulk/jump mixture with a skewness term.
+"""The bulk/jump-split saddle-point estimate (in progress: to replace ``method="saddlepoint"``'s delta_2).
 
 At small sampling rates the tilted step law ``P(x) e^{t* L(x)} / M(t*)`` at the saddle point ``t*`` has
 a heavy right shoulder or a second mode: the outputs where the privacy loss is in its linear regime
