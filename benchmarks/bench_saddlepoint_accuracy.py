@@ -46,7 +46,6 @@ from jaxdp.numerics import to_f64  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-SP = "saddlepoint"
 ISSUE_ROWS = [  # (sigma, q, steps, delta) of the issue's table
     (1.0, 1e-3, 10_000, 1e-6),
     (1.2, 2e-3, 5_000, 1e-9),
@@ -254,7 +253,7 @@ def main():
         "",
         "## The error indicator",
         "",
-        f"`saddlepoint_terms(...).error_indicator` > 1 % (the command line's warning) on {len(flagged)} of "
+        f"`saddlepoint_terms(...).error_indicator` > 1 % on {len(flagged)} of "
         f"{len(rows)} configurations; configurations with an actual error above 1 % that it does not flag: "
         f"{len(missed)}.",
         "",

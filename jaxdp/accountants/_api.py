@@ -413,7 +413,7 @@ def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
       :class:`SplitTerms`: ``saddle_point`` (``t*``), ``log_delta`` (the estimate), ``log_delta_plain``
       (the one-Gaussian ``delta_2``), ``expected_jumps`` (the tilted mean number of steps in the jump
       regime; 0 where there is none) and ``error_indicator`` (the next-order Edgeworth terms' effect on
-      epsilon, relative; the command line warns above 1 %).
+      epsilon, relative; above 1 % the estimate is not to be trusted).
 
     Example:
       >>> import math, jaxdp
