@@ -640,6 +640,12 @@ def _run(args):
         record["estimate"] = eps if args.command == "epsilon" else delta
         record["certified_upper"] = upper
         record["certified_upper_method"] = companion
+    indicator = None
+    if info.name == "saddlepoint" and math.isfinite(eps):
+        indicator = float(jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=args.steps).error_indicator)
+        record["error_indicator"] = indicator
+        if indicator > SADDLEPOINT_WARN:
+            record["warning"] = _saddlepoint_warning(indicator)
     if args.group_size is not None:
         record["group_size"] = args.group_size
     if args.json:
@@ -659,7 +665,20 @@ def _run(args):
         text += f"\n  certified upper bound on {what} = {upper:.6g} ({companion})"
     if vacuous:
         text += f"\n  note: {VACUOUS_NOTE}"
+    if indicator is not None and indicator > SADDLEPOINT_WARN:
+        text += f"\n  warning: {_saddlepoint_warning(indicator)}"
     return text, record
+
+
+#: the saddle-point error indicator above which the command line warns
+SADDLEPOINT_WARN = 0.01
+
+
+def _saddlepoint_warning(indicator):
+    return (
+        f"the saddle-point estimate's error indicator is {indicator:.1%} of epsilon (over 1 %): prefer "
+        "--method characteristic or the certified bound for this setting"
+    )
 
 
 def _enable_compilation_cache():

@@ -1,7 +1,9 @@
 """Saddle-point accountant (Alghamdi, Gomez, Asoodeh, Calmon, Kosut & Sankar, ICML 2023).
 
-``"saddlepoint"`` returns the saddle-point approximation ``delta_2`` at the saddle point ``t*``, which
-solves ``K'(t*) = eps + 1/t* + 1/(1 + t*)`` for the composed CGF ``K``: an estimate, not a bound.
+The saddle point ``t*`` solves ``K'(t*) = eps + 1/t* + 1/(1 + t*)`` for the composed CGF ``K``.
+``"saddlepoint"`` is the bulk/jump-split estimate at ``t*`` (:mod:`jaxdp.accountants._split_saddle`): an
+estimate, not a bound.  The one-Gaussian approximation ``delta_2`` of the paper (functions here) stays the
+starting point of the other accountants and the base of the certified bound.
 ``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound)`` with a Berry-Esseen error bound valid
 at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
 and where the moments cannot be resolved the bound is vacuous (delta = 1).  Root solves are bracketed
@@ -24,6 +26,7 @@ from jaxdp.accountants._cgf import (
     log_t_bracket,
     saddle_point,
 )
+from jaxdp.accountants import _split_saddle
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import log1mexp, nan_to, solve_decreasing
@@ -220,9 +223,9 @@ METHODS = (
     MethodInfo(
         "saddlepoint",
         certified=False,
-        description="saddle-point approximation delta_2 (estimate; O(1) in the number of steps)",
-        log_delta=log_delta_saddlepoint,
-        epsilon=epsilon_saddlepoint,
+        description="saddle-point estimate with the bulk/jump split (estimate; O(1) in the number of steps)",
+        log_delta=_split_saddle.log_delta_estimate,
+        epsilon=_split_saddle.epsilon_estimate,
         companion="certified",
     ),
     MethodInfo(

@@ -39,6 +39,7 @@ import numpy as np
 
 from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, log_t_bracket, saddle_point
 from jaxdp.mechanisms import MixtureMechanism, by_direction, mixture_rule, scan_parts
+from jaxdp.mechanisms._base import is_add, is_static_direction
 from jaxdp.numerics import log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
@@ -49,10 +50,14 @@ SPLIT_NODES = 256
 NUM_COUNTS = 64
 #: reach of the visited counts around the tilted mean number of jumps, in standard deviations
 COUNT_REACH = 12.0
+#: floor of the variance of the other steps' bulk in the exact one-jump term (a smoothing far below
+#: the spacing of the jump's quadrature nodes; keeps the closed form finite for a single step)
+JUMP_BULK_VAR_FLOOR = 1e-10
 #: the Edgeworth factor is kept above this (its first-order form can turn negative far in a tail)
 MIN_FACTOR = 0.05
 #: above this Mills-ratio argument the Hermite recurrence cancels: Gauss-Laguerre instead
 _LAGUERRE_FROM = 8.0
+_LOG_ZERO = -1e30
 _GL_X, _GL_W = np.polynomial.laguerre.laggauss(24)
 
 
@@ -89,11 +94,19 @@ def _jvp_cumulants(mech, direction, t):
     return jnp.stack([f1(t), f2(t), f3(t), f4(t)])
 
 
-def step_split(mech, direction, t):
-    """``(p_J, bulk k1..k4, jump k1..k4)`` of one step's law tilted by ``e^{t L}`` (see the module)."""
-    if not isinstance(mech, MixtureMechanism):
-        k = _jvp_cumulants(mech, direction, t)
-        return jnp.zeros(()), k, k
+def split_point(p0, eps):
+    """Where a step's loss counts as a jump: ``min(log(2 p_0), eps / 2)``.
+
+    Above ``log(2 p_0)`` the sensitivity terms of ``R`` dominate (the linear regime); the cap at
+    ``eps / 2`` keeps the loss values between ``eps / 2`` and ``log(2 p_0)`` out of the bulk: with few
+    steps and a small ``q`` the target epsilon lies there, far out in the bulk's tail and far below the
+    jump mode, where no cumulant expansion of either part is accurate (the one-jump term is exact
+    instead, :func:`_one_jump_terms`)."""
+    return jnp.minimum(math.log(2.0) + jnp.log(jnp.where(p0 > 0, p0, 1.0)), 0.5 * jnp.maximum(eps, 0.0))
+
+
+def _step_nodes(mech, direction, t, eps):
+    """``(has_jumps, losses, log tilted weights, log sigmoid jump, log sigmoid bulk)`` of one step."""
     log_p, c, sigma = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
     rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=SPLIT_NODES)
@@ -106,9 +119,21 @@ def step_split(mech, direction, t):
     has_jumps = by_direction(direction, p0 > 0, jnp.asarray(False))
     # the sigmoid is sharp: SPLIT_NODES nodes per window resolve it (and its derivative: with the default 48
     # the gradient was 2.6e-2 off finite differences, with 256 within 2.3e-6)
-    x = (ell - (math.log(2.0) + jnp.log(jnp.where(p0 > 0, p0, 1.0)))) / SPLIT_WIDTH
+    split = split_point(p0, eps)
+    # narrower below a capped split point, so that the bulk (losses near 0) stays out of the jumps
+    width = jnp.where(split > 0, jnp.clip(split / 32.0, 1e-6, SPLIT_WIDTH), SPLIT_WIDTH)
+    x = (ell - split) / width
     log_s = jnp.where(has_jumps, jax.nn.log_sigmoid(x), -1e4)
     log_b = jnp.where(has_jumps, jax.nn.log_sigmoid(-x), 0.0)
+    return has_jumps, ell, log_w, log_s, log_b
+
+
+def step_split(mech, direction, t, eps):
+    """``(p_J, bulk k1..k4, jump k1..k4)`` of one step's law tilted by ``e^{t L}`` (see the module)."""
+    if not isinstance(mech, MixtureMechanism):
+        k = _jvp_cumulants(mech, direction, t)
+        return jnp.zeros(()), k, k
+    has_jumps, ell, log_w, log_s, log_b = _step_nodes(mech, direction, t, eps)
     log_pj, jump = _node_cumulants(log_w + log_s, ell)
     _, bulk = _node_cumulants(log_w + log_b, ell)
     pj = jnp.where(has_jumps, jnp.exp(jnp.minimum(log_pj, 0.0)), 0.0)
@@ -116,7 +141,7 @@ def step_split(mech, direction, t):
     return pj, bulk, jump
 
 
-def split_shape(comp, direction, t) -> SplitShape:
+def split_shape(comp, direction, t, eps) -> SplitShape:
     """Count-weighted sums of :func:`step_split` over the parts of ``comp`` (a stack segment by segment).
 
     Heterogeneous parts pool their jumps: the count of jumps is taken Binomial with the total mean, and
@@ -126,13 +151,57 @@ def split_shape(comp, direction, t) -> SplitShape:
 
     def body(acc, m, n):
         steps, lam, a, jp, bp = acc
-        pj, b, j = step_split(m, direction, t)
+        pj, b, j = step_split(m, direction, t, eps)
         return steps + n, lam + n * pj, a + n * b, jp + n * pj * j, bp + n * pj * b
 
     steps, lam, a, jp, bp = scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(()), zero4, zero4, zero4))
     safe = jnp.where(lam > 0, lam, 1.0)
     swap = jnp.where(lam > 0, (jp - bp) / safe, 0.0)
     return SplitShape(comp.cgf(t, direction), steps, lam, a, swap)
+
+
+def _one_jump_terms(comp, direction, shape, t, eps):
+    """The one-jump summand ``log E_1[...]`` (first and second order) with the jump law exact.
+
+    Given one jump, the loss is the jump (read off the quadrature nodes of its step, weighted by
+    ``n_i p_J,i`` over the parts) plus the bulk of the other ``T - 1`` steps (Edgeworth, its cumulants
+    the bulk totals less the jumping step's bulk): a sum over nodes of the closed-form bulk term at
+    ``eps - jump``.  Exact in the jump, this is what carries the few-step, tiny-q corner, where the
+    target epsilon lies between the bulk and the jump mode."""
+    t = jnp.asarray(t, jnp.float64)
+    if is_static_direction(direction) and is_add(direction):  # no jumps under "add" (see _step_nodes)
+        return jnp.full((), _LOG_ZERO), jnp.full((), _LOG_ZERO)
+    # a finite "log 0" throughout: an all -inf logsumexp / logaddexp has a NaN derivative, which would reach
+    # the gradient even through an unused branch (the directions and parts without jumps)
+    neg = jnp.full((), _LOG_ZERO)
+
+    def body(acc, m, n):
+        if not isinstance(m, MixtureMechanism):
+            return acc
+        log_p, c, _ = m.mixture()
+        p0 = jnp.sum(jnp.where(c == 0, jnp.exp(log_p), 0.0))
+        use = by_direction(direction, p0 > 0, jnp.asarray(False)) & (n > 0)
+        # without jumps (a traced "add", or no zero-sensitivity part) the term is evaluated at harmless
+        # stand-ins and dropped: the real tilt there can sit at the bracket's edge, with NaN derivatives
+        ts, es = jnp.where(use, t, 1.0), jnp.where(use, eps, 1.0)
+        has_jumps, ell, log_w, log_s, log_b = _step_nodes(m, direction, ts, es)
+        log_wj = jnp.where(has_jumps, log_w + log_s, log_w)
+        # the other steps' bulk: a Gaussian floor (1e-5 in loss) keeps the closed form finite for T = 1
+        _, b = _node_cumulants(log_w + log_b, ell)
+        rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
+        rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
+        k0 = jnp.where(use, shape.k0, 0.0)
+        first, second = _log_terms(k0, jnp.broadcast_to(rest, ell.shape + (4,)), ts, es - ell)
+        log_n = jnp.log(jnp.where(n > 0, n, 1.0))
+        out = []
+        for a_, v in zip(acc, (first, second)):
+            val = jax.nn.logsumexp(log_wj + v - ts * ell) + log_n
+            out.append(jnp.logaddexp(a_, jnp.where(use & jnp.isfinite(val), val, _LOG_ZERO)))
+        return tuple(out)
+
+    first, second = scan_parts(comp, body, (neg, neg))
+    log_lam = jnp.log(jnp.where(shape.jumps > 0, shape.jumps, 1.0))
+    return first - log_lam, second - log_lam
 
 
 def _hermite(k, z):
@@ -167,7 +236,9 @@ def _log_terms(k0, kappa, t, eps):
     """``(log delta with the skewness term, log delta with the second-order terms too)`` for one Edgeworth
     component with cumulants ``kappa = (k1, k2, k3, k4)``, at tilt ``t``."""
     k1, k2, k3, k4 = kappa[..., 0], kappa[..., 1], kappa[..., 2], kappa[..., 3]
-    k2 = jnp.maximum(k2, 1e-300)
+    # a floor keeping |z0| <= 1e12 (z0^2 finite): a degenerate law (a direction past its largest loss,
+    # tilted to the bracket's edge) then gives a huge negative log delta instead of NaN
+    k2 = jnp.maximum(k2, 1e-24 * (1.0 + (eps - k1) ** 2))
     s = jnp.sqrt(k2)
     z0 = (eps - k1) / s
     g1, g2 = k3 / (s * k2), k4 / (k2 * k2)
@@ -211,13 +282,25 @@ def _counts(shape):
     return n, jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
 
 
-def log_delta_split(shape: SplitShape, t, eps):
-    """``(log delta estimate, log delta with the second-order terms)`` from the split cumulants at tilt ``t``."""
+def log_delta_split(shape: SplitShape, t, eps, one_jump=None):
+    """``(log delta estimate, log delta with the second-order terms)`` from the split cumulants at tilt ``t``.
+
+    ``one_jump``: the exact one-jump summands (:func:`_one_jump_terms`), used where the count 1 is visited
+    on its own (stride 1)."""
     n, log_w = _counts(shape)
     kappa = shape.bulk[None, :] + n[:, None] * shape.swap[None, :]
     first, second = _log_terms(shape.k0, kappa, t, eps)
+    if one_jump is not None:
+        single = (n == 1) & (jnp.abs(n[1] - n[0]) == 1) & (shape.jumps > 0)
+        first = jnp.where(single, one_jump[0], first)
+        second = jnp.where(single, one_jump[1], second)
     out = [jnp.minimum(jax.nn.logsumexp(log_w + v), 0.0) for v in (first, second)]
     return out[0], out[1]
+
+
+def _log_delta_at(comp, direction, t, eps):
+    shape = split_shape(comp, direction, t, eps)
+    return shape, log_delta_split(shape, t, eps, _one_jump_terms(comp, direction, shape, t, eps))
 
 
 class SplitTerms(NamedTuple):
@@ -241,16 +324,25 @@ class SplitTerms(NamedTuple):
 
 def split_terms(comp, direction, epsilon, log_delta_plain) -> SplitTerms:
     t = saddle_point(comp, direction, epsilon)
-    shape = split_shape(comp, direction, t)
-    first, second = log_delta_split(shape, t, epsilon)
+    shape, (first, second) = _log_delta_at(comp, direction, t, epsilon)
     ind = jnp.abs(second - first) / jnp.maximum(t * jnp.abs(epsilon), 1e-300)
+    ind = jnp.where(jnp.isnan(ind), jnp.inf, ind)
     return SplitTerms(t, first, log_delta_plain(comp, direction, epsilon), shape.jumps, ind)
 
 
 def log_delta_estimate(comp, direction, epsilon):
     """``log delta(eps)`` (estimate)."""
-    t = saddle_point(comp, direction, epsilon)
-    return log_delta_split(split_shape(comp, direction, t), t, epsilon)[0]
+    from jaxdp.accountants._saddlepoint import pure_dp_log_delta  # (that module registers this one)
+
+    # delta is exactly 0 from the largest loss on (a loss bounded above: add, with a zero-sensitivity part);
+    # there the estimate is evaluated at a harmless stand-in (halfway to L_max), so that no NaN reaches the
+    # gradient through the unused branch
+    beyond = jax.lax.stop_gradient(pure_dp_log_delta(comp, direction, epsilon) == -jnp.inf)
+    l_max = jax.lax.stop_gradient(comp.max_privacy_loss(direction))
+    eps = jnp.where(beyond, 0.5 * jnp.where(jnp.isfinite(l_max), l_max, 1.0), epsilon)
+    t = saddle_point(comp, direction, eps)
+    out = _log_delta_at(comp, direction, t, eps)[1][0]
+    return jnp.where(beyond, -jnp.inf, out)
 
 
 def epsilon_estimate(comp, direction, log_delta):
@@ -264,7 +356,8 @@ def epsilon_estimate(comp, direction, log_delta):
     def g(u):  # decreasing in u = log t
         t = jnp.exp(u)
         eps = eps_at(t)
-        return log_delta_split(split_shape(comp, direction, t), t, eps)[0] - log_delta
+        # far past the root delta can underflow to 0: a finite stand-in keeps the bracketing going
+        return jnp.maximum(_log_delta_at(comp, direction, t, eps)[1][0], -1e8) - log_delta
 
     u0 = guess_log_t_for_delta(comp, log_delta)
     lo, hi = log_t_bracket(u0)
