@@ -19,6 +19,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxdp.accountants import _split_saddle
 from jaxdp.accountants._cgf import (
     guess_log_t_for_delta,
     k012,
@@ -26,7 +27,6 @@ from jaxdp.accountants._cgf import (
     log_t_bracket,
     saddle_point,
 )
-from jaxdp.accountants import _split_saddle
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import log1mexp, nan_to, solve_decreasing

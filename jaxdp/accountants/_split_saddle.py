@@ -191,7 +191,7 @@ def _one_jump_terms(comp, direction, shape, t, eps):
         rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
         rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
         k0 = jnp.where(use, shape.k0, 0.0)
-        first, second = _log_terms(k0, jnp.broadcast_to(rest, ell.shape + (4,)), ts, es - ell)
+        first, second = _log_terms(k0, jnp.broadcast_to(rest, (*ell.shape, 4)), ts, es - ell)
         log_n = jnp.log(jnp.where(n > 0, n, 1.0))
         out = []
         for a_, v in zip(acc, (first, second)):
