@@ -7,8 +7,7 @@ For every configuration, epsilon(delta) (add_or_remove) from
 
 * ``before``: the one-Gaussian saddle-point delta_2 (what ``method="saddlepoint"`` returned until this
   change; still the starting point of the other accountants, ``jaxdp.accountants._saddlepoint``);
-* ``after``: the split estimate (``jaxdp.saddlepoint_terms``, ``_split_saddle.epsilon_estimate``), which is to
-  replace ``method="saddlepoint"`` once the few-step tiny-q corner is handled;
+* ``after``: the split estimate (``_split_saddle.epsilon_estimate``), which is ``method="saddlepoint"`` now;
 * the reference: ``method="characteristic"`` (agrees with prv_accountant / dp_accounting's PLD to ~1e-6
   where they work; where its contour cannot vouch for itself it returns the tight ``certified`` bound).
 
@@ -52,6 +51,8 @@ ISSUE_ROWS = [  # (sigma, q, steps, delta) of the issue's table
     (0.8, 5e-4, 20_000, 1e-12),
     (1.0, 1e-2, 1_000, 1e-10),
     (2.0, 1e-3, 100_000, 1e-10),
+    (2.17, 1e-3, 2, 1.6e-15),  # the few-step tiny-q corner (not in the issue's table)
+    (2.17, 1e-3, 1, 1e-10),
 ]
 
 

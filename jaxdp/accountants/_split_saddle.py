@@ -38,8 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, log_t_bracket, saddle_point
-from jaxdp.mechanisms import MixtureMechanism, by_direction, mixture_rule, scan_parts
-from jaxdp.mechanisms._base import is_add, is_static_direction
+from jaxdp.mechanisms import MixtureMechanism, by_direction, is_add, mixture_rule, scan_parts
 from jaxdp.numerics import log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
@@ -169,7 +168,7 @@ def _one_jump_terms(comp, direction, shape, t, eps):
     ``eps - jump``.  Exact in the jump, this is what carries the few-step, tiny-q corner, where the
     target epsilon lies between the bulk and the jump mode."""
     t = jnp.asarray(t, jnp.float64)
-    if is_static_direction(direction) and is_add(direction):  # no jumps under "add" (see _step_nodes)
+    if isinstance(direction, str) and is_add(direction):  # no jumps under "add" (see _step_nodes)
         return jnp.full((), _LOG_ZERO), jnp.full((), _LOG_ZERO)
     # a finite "log 0" throughout: an all -inf logsumexp / logaddexp has a NaN derivative, which would reach
     # the gradient even through an unused branch (the directions and parts without jumps)
