@@ -641,8 +641,13 @@ def _run(args):
         record["certified_upper"] = upper
         record["certified_upper_method"] = companion
     indicator = None
-    if info.name == "saddlepoint" and math.isfinite(eps):
-        indicator = float(jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=args.steps).error_indicator)
+    if info.name in ("saddlepoint", "saddlepoint-split") and math.isfinite(eps) and eps > 0:
+        terms = jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=args.steps)
+        if info.name == "saddlepoint":  # delta_2's distance to the split estimate, in epsilon
+            gap = abs(float(terms.log_delta_plain) - float(terms.log_delta))
+            indicator = gap / max(float(terms.saddle_point) * eps, 1e-300)
+        else:
+            indicator = float(terms.error_indicator)
         record["error_indicator"] = indicator
         if indicator > SADDLEPOINT_WARN:
             record["warning"] = _saddlepoint_warning(indicator)
@@ -677,7 +682,7 @@ SADDLEPOINT_WARN = 0.01
 def _saddlepoint_warning(indicator):
     return (
         f"the saddle-point estimate's error indicator is {indicator:.1%} of epsilon (over 1 %): prefer "
-        "--method characteristic or the certified bound for this setting"
+        "--method saddlepoint-split or --method characteristic, or the certified bound, for this setting"
     )
 
 
