@@ -6,6 +6,7 @@ multiplier and the sampling probability.  All computation is float64.
 """
 
 from jaxdp.accountants import EvrVerdict as EvrVerdict
+from jaxdp.accountants import GroupCurve as GroupCurve
 from jaxdp.accountants import MethodInfo as MethodInfo
 from jaxdp.accountants import MonteCarloEstimate as MonteCarloEstimate
 from jaxdp.accountants import MonteCarloGradient as MonteCarloGradient
@@ -18,6 +19,7 @@ from jaxdp.accountants import delta_for_epsilon as delta_for_epsilon
 from jaxdp.accountants import epsilon_for_delta as epsilon_for_delta
 from jaxdp.accountants import evr as evr
 from jaxdp.accountants import evr_offset as evr_offset
+from jaxdp.accountants import group_curve as group_curve
 from jaxdp.accountants import log_delta_for_epsilon as log_delta_for_epsilon
 from jaxdp.accountants import method_info as method_info
 from jaxdp.accountants import montecarlo_delta as montecarlo_delta

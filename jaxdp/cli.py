@@ -20,6 +20,7 @@ import math
 import os
 import sys
 import time
+import types
 
 MECHANISMS = ("poisson-gaussian", "gaussian", "laplace")
 ADJACENCIES = ("add_or_remove", "remove", "add")
@@ -63,13 +64,76 @@ def _steps(text):
     return int(value)
 
 
+def _add_sampling(p, *, batch_sizes=False):
+    p.add_argument(
+        "--sampling",
+        choices=("poisson", "fixed"),
+        default="poisson",
+        help="poisson (each record with probability q) or fixed (a batch of exactly --batch-size records out of "
+        "--dataset-size, without replacement; Ganesh 2024, Thm 3.3)",
+    )
+    p.add_argument("--dataset-size", type=_int("--dataset-size"), default=None, help="records in the dataset (N)")
+    if batch_sizes:
+        p.add_argument("--batch-size", type=_floats("--batch-size"), default=None, help="comma-separated batch sizes")
+    else:
+        p.add_argument("--batch-size", type=_int("--batch-size"), default=None, help="records per batch (B); q = B / N")
+
+
+def _int(name):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}") from None
+        if not math.isfinite(value) or value != int(value) or value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
+        return int(value)
+
+    return parse
+
+
+def _resolve_sampling(args, *, q_default=1.0):
+    """Checks the sampling options and sets ``args.q`` (``B / N`` where a batch size is given)."""
+    if not hasattr(args, "sampling"):
+        return
+    n, b = args.dataset_size, args.batch_size
+    if args.sampling == "fixed":
+        if n is None or b is None:
+            raise ValueError("--sampling fixed needs --dataset-size and --batch-size.")
+        if args.q is not None:
+            raise ValueError("--sampling fixed takes --dataset-size and --batch-size, not --q.")
+        for value in b if isinstance(b, list) else [b]:
+            if value != int(value) or value < 1 or value > n:
+                raise ValueError(f"--batch-size must be an integer in [1, --dataset-size = {n}], got {value:g}.")
+        args.q = [v / n for v in b] if isinstance(b, list) else b / n
+        return
+    if (n is None) != (b is None):
+        raise ValueError("--dataset-size and --batch-size go together (Poisson sampling at q = B / N).")
+    if n is not None:
+        if args.q is not None:
+            raise ValueError("give --q, or --dataset-size with --batch-size (q = B / N), not both.")
+        for value in b if isinstance(b, list) else [b]:
+            if value > n:
+                raise ValueError(f"--batch-size must be at most --dataset-size = {n}, got {value:g}.")
+        args.q = [v / n for v in b] if isinstance(b, list) else b / n
+    elif args.q is None:
+        args.q = q_default
+
+
+def _sampling_record(args):
+    if getattr(args, "sampling", "poisson") == "poisson" and getattr(args, "dataset_size", None) is None:
+        return {}
+    return {"sampling": args.sampling, "dataset_size": args.dataset_size, "batch_size": args.batch_size}
+
+
 def _add_common(p):
     p.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    p.add_argument("--q", type=_float("--q"), default=1.0, help="sampling probability in (0, 1]; 1 = no subsampling")
+    p.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]; 1 = no subsampling")
     p.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
     p.add_argument("--mechanism", choices=MECHANISMS, default="poisson-gaussian")
-    p.add_argument("--group-size", type=int, default=None, help="group privacy for k records (Poisson sampling)")
+    p.add_argument("--group-size", type=int, default=None, help="group privacy for k records")
     p.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    _add_sampling(p)
     p.add_argument(
         "--method",
         default=None,
@@ -103,6 +167,7 @@ def build_parser():
     pc.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
     pc.add_argument("--steps", type=_steps, default=None, help="number of steps (integer >= 1)")
     pc.add_argument("--group-size", type=int, default=None, help="group privacy for k records (solving for sigma)")
+    _add_sampling(pc)
     pc.add_argument("--sigma-max", type=_float("--sigma-max"), default=100.0, help="largest sigma searched")
     pc.add_argument("--max-steps", type=_steps, default=10**7, help="largest number of steps searched")
     pc.add_argument("--method", default="characteristic", help="estimate that drives the search")
@@ -113,7 +178,8 @@ def build_parser():
     ps = sub.add_parser("sweep", help="calibrate sigma on a grid of (q, steps); CSV and an optional heatmap")
     ps.add_argument("--target-epsilon", type=_float("--target-epsilon"), required=True, help="the budget (> 0)")
     ps.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
-    ps.add_argument("--q", type=_floats("--q"), required=True, help="comma-separated sampling probabilities")
+    ps.add_argument("--q", type=_floats("--q"), default=None, help="comma-separated sampling probabilities")
+    _add_sampling(ps, batch_sizes=True)
     ps.add_argument("--steps", type=_floats("--steps"), required=True, help="comma-separated numbers of steps")
     ps.add_argument("--method", default="saddlepoint", help="estimate that drives the search")
     ps.add_argument("--certify", default="certified-fast", help="certified accountant of the check ('none' to skip)")
@@ -121,7 +187,8 @@ def build_parser():
     ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
     pv = sub.add_parser("verify", help="estimate-verify-release: Monte Carlo check of an estimated (epsilon, delta)")
     pv.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    pv.add_argument("--q", type=_float("--q"), default=1.0, help="sampling probability in (0, 1]")
+    pv.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    _add_sampling(pv)
     pv.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
     pv.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
     pv.add_argument("--epsilon", type=_float("--epsilon"), required=True, help="the candidate epsilon (>= 0)")
@@ -132,7 +199,8 @@ def build_parser():
     pv.add_argument("--json", action="store_true", help="print one JSON object")
     po = sub.add_parser("online", help="Monte Carlo epsilon after every step, from one sample set")
     po.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    po.add_argument("--q", type=_float("--q"), default=1.0, help="sampling probability in (0, 1]")
+    po.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    _add_sampling(po)
     po.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
     po.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
     po.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
@@ -142,8 +210,37 @@ def build_parser():
     fmt.add_argument("--json", action="store_true", help="print one JSON object (arrays per step)")
     fmt.add_argument("--csv", action="store_true", help="print CSV: step, epsilon, stderr, ci_low, ci_high")
     po.add_argument("--plot", default=None, help="plot of epsilon against steps (PNG, needs matplotlib)")
+    pg = sub.add_parser("group-curve", help="epsilon against the group size, beside the black-box conversion")
+    pg.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
+    pg.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pg.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
+    pg.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    pg.add_argument("--max-group", type=_int("--max-group"), required=True, help="largest group size G")
+    pg.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    pg.add_argument("--method", default=None, help=f"accountant (default {DEFAULT_METHOD!r})")
+    _add_sampling(pg)
+    _add_outputs(pg)
+    pk = sub.add_parser("curve", help="epsilon against the number of steps: estimate and certified bound")
+    pk.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
+    pk.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pk.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
+    pk.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    pk.add_argument("--points", type=_int("--points"), default=40, help="numbers of steps evaluated (log-spaced)")
+    pk.add_argument("--group-size", type=int, default=None, help="group privacy for k records")
+    pk.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    pk.add_argument("--method", default="characteristic", help="the estimate")
+    pk.add_argument("--certify", default="certified", help="the certified bound ('none' to skip it)")
+    _add_sampling(pk)
+    _add_outputs(pk)
     sub.add_parser("methods", help="list the accountants")
     return parser
+
+
+def _add_outputs(p):
+    fmt = p.add_mutually_exclusive_group()
+    fmt.add_argument("--json", action="store_true", help="print one JSON object")
+    fmt.add_argument("--csv", action="store_true", help="print CSV")
+    p.add_argument("--plot", default=None, help="write a plot (PNG, needs matplotlib: pip install 'jaxdp[plot]')")
 
 
 def _with_progress(label, fn):
@@ -191,10 +288,8 @@ def _verify(args):
 
     validate.positive("--sigma", args.sigma)
     validate.nonnegative("--epsilon", args.epsilon)
-    if args.q == 1.0:
-        mech = jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
-    else:
-        mech = jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+    validate.probability("--q", args.q)
+    mech = _sampled_mechanism(args)
     verdict = _with_progress(
         "verifying",
         lambda: jaxdp.evr(
@@ -224,6 +319,7 @@ def _verify(args):
         "q": args.q,
         "steps": args.steps,
         "adjacency": args.adjacency,
+        **_sampling_record(args),
     }
     if args.json:
         return json.dumps(record), record
@@ -254,10 +350,8 @@ def _online(args):
     validate.open_unit("--delta", args.delta)
     if args.samples < 1:
         raise ValueError(f"--samples must be an integer >= 1, got {args.samples}.")
-    if args.q == 1.0:
-        mech = jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
-    else:
-        mech = jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+    validate.probability("--q", args.q)
+    mech = _sampled_mechanism(args)
     start = time.perf_counter()
     curve = _with_progress(
         "online curve",
@@ -280,6 +374,7 @@ def _online(args):
         "sigma": args.sigma,
         "q": args.q,
         "adjacency": args.adjacency,
+        **_sampling_record(args),
     }
     if args.plot is not None:
         _online_plot(args, steps, cols)
@@ -338,8 +433,15 @@ def _floats(name):
     return parse
 
 
+def _fixed_batch_of(sigma, *, n, b):
+    import jaxdp
+
+    return jaxdp.MixtureOfGaussians.fixed_batch_group(sigma, dataset_size=n, batch_size=b)
+
+
 def _sweep(args):
     import csv
+    import functools
     import io
 
     import numpy as np
@@ -347,17 +449,43 @@ def _sweep(args):
     import jaxdp
 
     certify = None if args.certify.lower() == "none" else args.certify
+    if args.q is None:
+        raise ValueError("sweep needs --q, or --dataset-size with --batch-size.")
     q = np.asarray(args.q, dtype=np.float64)
     steps = np.asarray(args.steps, dtype=np.float64)
     start = time.perf_counter()
-    r = jaxdp.calibrate_noise_multiplier(
-        target_epsilon=args.target_epsilon,
-        delta=args.delta,
-        sampling_prob=q[None, :],
-        num_steps=steps[:, None],
-        method=args.method,
-        certify=certify,
-    )
+    if args.sampling == "fixed":  # one mixture per batch size: a calibration per cell
+        cells = []
+        for n_steps in steps:
+            for b in args.batch_size:
+                family = functools.partial(_fixed_batch_of, n=args.dataset_size, b=int(b))
+                cells.append(
+                    jaxdp.calibrate_noise_multiplier(
+                        target_epsilon=args.target_epsilon,
+                        delta=args.delta,
+                        num_steps=int(n_steps),
+                        mechanism=family,
+                        method=args.method,
+                        certify=certify,
+                    )
+                )
+        shape = (steps.size, q.size)
+
+        r = types.SimpleNamespace(
+            noise_multiplier=np.reshape([float(c.noise_multiplier) for c in cells], shape),
+            epsilon_estimate=np.reshape([float(c.epsilon_estimate) for c in cells], shape),
+            epsilon_certified=np.reshape([float(c.epsilon_certified) for c in cells], shape),
+            message=[c.message for c in cells],
+        )
+    else:
+        r = jaxdp.calibrate_noise_multiplier(
+            target_epsilon=args.target_epsilon,
+            delta=args.delta,
+            sampling_prob=q[None, :],
+            num_steps=steps[:, None],
+            method=args.method,
+            certify=certify,
+        )
     sigma = np.asarray(r.noise_multiplier)
     seconds = time.perf_counter() - start
     messages = r.message
@@ -413,6 +541,251 @@ def _heatmap(args, q, steps, sigma):
     plt.close(fig)
 
 
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise ValueError("--plot needs matplotlib (pip install 'jaxdp[plot]').") from None
+    return plt
+
+
+def _finite_or_none(values):
+    return [float(v) if math.isfinite(float(v)) else None for v in values]
+
+
+def _describe_sampling(args):
+    if args.sampling == "fixed":
+        return f"fixed batches of {args.batch_size} out of {args.dataset_size}"
+    return f"Poisson sampling, q = {args.q:g}" if args.q != 1.0 else "no subsampling"
+
+
+def _group_curve(args):
+    import numpy as np
+
+    import jaxdp
+    from jaxdp.numerics import validate
+
+    validate.positive("--sigma", args.sigma)
+    validate.open_unit("--delta", args.delta)
+    validate.probability("--q", args.q)
+    common = dict(
+        noise_multiplier=args.sigma,
+        num_steps=args.steps,
+        delta=args.delta,
+        max_group_size=args.max_group,
+        method=args.method,
+        adjacency=args.adjacency,
+    )
+    start = time.perf_counter()
+    if args.sampling == "fixed":
+        curve = _with_progress(
+            "group curve",
+            lambda: jaxdp.group_curve(
+                sampling="fixed", dataset_size=args.dataset_size, batch_size=args.batch_size, **common
+            ),
+        )
+    else:
+        curve = _with_progress("group curve", lambda: jaxdp.group_curve(sampling_prob=args.q, **common))
+    # beside a fixed batch: what a Poisson-only accountant would report at q = B / N
+    poisson = None
+    if args.sampling == "fixed":
+        poisson = jaxdp.group_curve(sampling_prob=args.q, **{**common, "method": curve.method})
+    seconds = time.perf_counter() - start
+    g = np.asarray(curve.group_sizes)
+    eps = np.asarray(curve.epsilon, dtype=np.float64)
+    black = np.asarray(curve.black_box_epsilon, dtype=np.float64)
+    linear = g * eps[0]
+    record = {
+        "group_size": g.tolist(),
+        "epsilon": _finite_or_none(eps),
+        "black_box_epsilon": _finite_or_none(black),
+        "linear_epsilon": _finite_or_none(linear),
+        "delta": args.delta,
+        "method": curve.method,
+        "certified": bool(jaxdp.method_info(curve.method).certified),
+        "sigma": args.sigma,
+        "q": args.q,
+        "steps": args.steps,
+        "adjacency": args.adjacency,
+        "seconds": seconds,
+        **_sampling_record(args),
+    }
+    if poisson is not None:
+        record["poisson_epsilon"] = _finite_or_none(np.asarray(poisson.epsilon, dtype=np.float64))
+    if args.plot is not None:
+        _group_plot(args, record)
+    if args.json:
+        return json.dumps(record), record
+    cols = ["group_size", "epsilon", "black_box_epsilon", "linear_epsilon"]
+    if poisson is not None:
+        cols.insert(2, "poisson_epsilon")
+    if args.csv:
+        lines = [",".join(cols)]
+        lines += [",".join("" if record[c][i] is None else f"{record[c][i]:.8g}" for c in cols) for i in range(len(g))]
+        return "\n".join(lines), record
+    head = f"  {'g':>3}  {'epsilon':>10}" + (f"  {'as Poisson':>10}" if poisson is not None else "")
+    head += f"  {'black box':>10}  {'g * eps_1':>10}"
+    rows = []
+    for i in range(len(g)):
+        vals = [record["epsilon"][i]] + ([record["poisson_epsilon"][i]] if poisson is not None else [])
+        vals += [record["black_box_epsilon"][i], record["linear_epsilon"][i]]
+        rows.append(f"  {g[i]:>3}" + "".join("  " + (f"{v:>10.5g}" if v is not None else f"{'inf':>10}") for v in vals))
+    kind = "proven upper bounds" if record["certified"] else "estimates"
+    text = (
+        f"group privacy at delta = {args.delta:g}: sigma = {args.sigma:g}, {_describe_sampling(args)}, "
+        f"{args.steps} steps ({curve.method}, {kind}; {seconds:.2f} s)\n" + head + "\n" + "\n".join(rows)
+    )
+    if args.plot is not None:
+        text += f"\nwrote the plot to {args.plot}"
+    return text, record
+
+
+def _group_plot(args, record):
+    plt = _pyplot()
+    g = record["group_size"]
+
+    def arr(name):
+        return [math.nan if v is None else v for v in record[name]]
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    label = "jaxdp: fixed batch (Thm 3.3)" if args.sampling == "fixed" else "jaxdp: mixture of Gaussians (Thm 3.1)"
+    ax.plot(g, arr("epsilon"), "o-", color="C0", label=label)
+    if "poisson_epsilon" in record:
+        ax.plot(g, arr("poisson_epsilon"), "s--", color="C2", label=f"same, accounted as Poisson (q = {args.q:g})")
+    ax.plot(g, arr("black_box_epsilon"), "^-", color="C3", label="black-box conversion (g eps, g e^((g-1) eps) delta)")
+    ax.plot(g, arr("linear_epsilon"), ":", color="0.4", label="linear: g x example-level epsilon")
+    gone = [k for k, v in zip(g, record["black_box_epsilon"]) if v is None]
+    if gone:
+        ax.text(
+            0.98,
+            0.03,
+            f"black-box conversion: no finite epsilon for g >= {gone[0]}",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            color="C3",
+            fontsize=8,
+        )
+    ax.set_xlabel("group size g (records)")
+    ax.set_ylabel(f"epsilon at delta = {args.delta:g}")
+    ax.set_title(f"Group privacy: sigma = {args.sigma:g}, {_describe_sampling(args)}, {args.steps} steps", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    plt.close(fig)
+
+
+def _curve(args):
+    import numpy as np
+
+    import jaxdp
+    from jaxdp.numerics import validate
+
+    validate.positive("--sigma", args.sigma)
+    validate.open_unit("--delta", args.delta)
+    validate.probability("--q", args.q)
+    if args.group_size is not None and args.group_size < 1:
+        raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
+    if args.sampling == "fixed":
+        mech = _fixed_batch(args.sigma, args, args.group_size)
+    elif args.group_size is not None and args.group_size > 1:
+        mech = jaxdp.MixtureOfGaussians.poisson_group(args.sigma, args.q, args.group_size, adjacency=args.adjacency)
+    elif args.q == 1.0:
+        mech = jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
+    else:
+        mech = jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+    certify = None if args.certify.lower() == "none" else args.certify
+    steps = np.unique(np.round(np.geomspace(1, args.max_steps, min(args.points, args.max_steps))).astype(int))
+    start = time.perf_counter()
+
+    def run():
+        est = [
+            float(jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=int(n), method=args.method)) for n in steps
+        ]
+        cert = None
+        if certify is not None:
+            cert = [
+                float(jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=int(n), method=certify)) for n in steps
+            ]
+        return est, cert
+
+    est, cert = _with_progress("curve", run)
+    seconds = time.perf_counter() - start
+    record = {
+        "steps": steps.tolist(),
+        "epsilon": _finite_or_none(est),
+        "method": args.method,
+        "certified": bool(jaxdp.method_info(args.method).certified),
+        "delta": args.delta,
+        "sigma": args.sigma,
+        "q": args.q,
+        "adjacency": args.adjacency,
+        "seconds": seconds,
+        **_sampling_record(args),
+    }
+    if cert is not None:
+        record["epsilon_certified"] = _finite_or_none(cert)
+        record["certify"] = certify
+    if args.group_size is not None:
+        record["group_size"] = args.group_size
+    if args.plot is not None:
+        _curve_plot(args, record)
+    if args.json:
+        return json.dumps(record), record
+    cols = ["steps", "epsilon"] + (["epsilon_certified"] if cert is not None else [])
+    if args.csv:
+        lines = [",".join(cols)]
+        lines += [
+            ",".join("" if record[c][i] is None else f"{record[c][i]:.8g}" for c in cols) for i in range(len(steps))
+        ]
+        return "\n".join(lines), record
+    body = "\n".join(
+        f"  {n:>8} steps: epsilon = {e:.5g}" + (f"  (certified <= {c:.5g})" if cert is not None else "")
+        for n, e, c in zip(steps, est, cert if cert is not None else est)
+    )
+    text = (
+        f"epsilon at delta = {args.delta:g}: sigma = {args.sigma:g}, {_describe_sampling(args)} "
+        f"({args.method} estimate" + (f", {certify} bound" if cert is not None else "") + f"; {seconds:.2f} s)\n" + body
+    )
+    if args.plot is not None:
+        text += f"\nwrote the plot to {args.plot}"
+    return text, record
+
+
+def _curve_plot(args, record):
+    plt = _pyplot()
+
+    def arr(name):
+        return [math.nan if v is None else v for v in record[name]]
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.plot(record["steps"], arr("epsilon"), "-", color="C0", lw=2, label=f"estimate ({args.method})")
+    if "epsilon_certified" in record:
+        ax.plot(
+            record["steps"],
+            arr("epsilon_certified"),
+            "--",
+            color="C3",
+            label=f"proven upper bound ({record['certify']})",
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel("steps (log scale)")
+    ax.set_ylabel(f"epsilon at delta = {args.delta:g}")
+    group = f", group of {args.group_size}" if args.group_size else ""
+    ax.set_title(
+        f"Privacy against training length: sigma = {args.sigma:g}, {_describe_sampling(args)}{group}", fontsize=10
+    )
+    ax.grid(alpha=0.3, which="both")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=120)
+    plt.close(fig)
+
+
 def _need(args, *names):
     for name in names:
         if getattr(args, name) is None:
@@ -429,7 +802,13 @@ def _calibrate(args):
     certify = None if args.certify.lower() == "none" else args.certify
     common = {"target_epsilon": args.target_epsilon, "delta": args.delta, "method": args.method, "certify": certify}
     start = time.perf_counter()
-    if args.solve_for == "sigma":
+    if args.sampling == "fixed" and args.solve_for != "sigma":
+        raise ValueError("--sampling fixed calibrates the noise multiplier only (--solve-for sigma).")
+    if args.solve_for == "sigma" and args.sampling == "fixed":
+        _need(args, "steps")
+        family = functools.partial(_fixed_batch, args=args, group_size=args.group_size)
+        r = jaxdp.calibrate_noise_multiplier(num_steps=args.steps, mechanism=family, sigma_max=args.sigma_max, **common)
+    elif args.solve_for == "sigma":
         _need(args, "q", "steps")
         if args.group_size is not None and args.group_size != 1:
             validate.probability("--q", args.q)
@@ -468,6 +847,7 @@ def _calibrate(args):
     }
     if args.group_size is not None:
         record["group_size"] = args.group_size
+    record.update(_sampling_record(args))
     if args.json:
         return json.dumps(record), record
     cert = "not checked" if certify is None else f"{record['epsilon_certified']:.6g} ({r.certify}, proven)"
@@ -490,10 +870,39 @@ def _group_family(sigma, *, q, k):
     return jaxdp.MixtureOfGaussians.poisson_group(sigma, q, k)
 
 
+def _fixed_batch(sigma, args, group_size=None):
+    import jaxdp
+
+    return jaxdp.MixtureOfGaussians.fixed_batch_group(
+        sigma,
+        dataset_size=args.dataset_size,
+        batch_size=args.batch_size,
+        group_size=group_size or 1,
+        adjacency=getattr(args, "adjacency", "add_or_remove"),
+    )
+
+
+def _sampled_mechanism(args):
+    """The mechanism of the verify / online subcommands (no --mechanism or --group-size there)."""
+    import jaxdp
+
+    if args.sampling == "fixed":
+        return _fixed_batch(args.sigma, args)
+    if args.q == 1.0:
+        return jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
+    return jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+
+
 def _mechanism(args):
     import jaxdp
     from jaxdp.numerics import validate
 
+    if args.group_size is not None and args.group_size < 1:
+        raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
+    if args.sampling == "fixed":
+        if args.mechanism != "poisson-gaussian":
+            raise ValueError("--sampling fixed is a subsampled Gaussian: leave --mechanism at poisson-gaussian.")
+        return _fixed_batch(args.sigma, args, args.group_size)
     if args.mechanism == "laplace":
         if args.q != 1.0 or args.group_size:
             raise ValueError("--mechanism laplace takes no --q or --group-size.")
@@ -546,6 +955,7 @@ def _montecarlo(args, mech):
         "q": args.q,
         "steps": args.steps,
         "adjacency": args.adjacency,
+        **_sampling_record(args),
     }
     if args.group_size is not None:
         record["group_size"] = args.group_size
@@ -580,6 +990,7 @@ def _run(args):
             info = jaxdp.method_info(name)
             lines.append(f"{name:<14} certified={str(info.certified).lower():<5} {info.description}")
         return "\n".join(lines), None
+    _resolve_sampling(args, q_default=None if args.command in ("calibrate", "sweep") else 1.0)
     if args.command == "calibrate":
         return _calibrate(args)
     if args.command == "sweep":
@@ -588,6 +999,10 @@ def _run(args):
         return _verify(args)
     if args.command == "online":
         return _online(args)
+    if args.command == "group-curve":
+        return _group_curve(args)
+    if args.command == "curve":
+        return _curve(args)
     validate.positive("--sigma", args.sigma)
     if args.command == "epsilon":
         validate.open_unit("--delta", args.delta)
@@ -631,6 +1046,7 @@ def _run(args):
         "q": args.q,
         "steps": args.steps,
         "adjacency": args.adjacency,
+        **_sampling_record(args),
     }
     if vacuous:
         record["epsilon"] = None if eps == math.inf else eps
@@ -657,6 +1073,8 @@ def _run(args):
         return json.dumps(record), record
     kind = "proven upper bound" if info.certified else "estimate (not a proven bound)"
     sampled = f", q = {args.q:g}" if args.q != 1.0 else ""
+    if args.sampling == "fixed":
+        sampled = f", fixed batches of {args.batch_size} out of {args.dataset_size}"
     group = f", group of {args.group_size}" if args.group_size else ""
     text = (
         f"{args.mechanism} mechanism, sigma = {args.sigma:g}{sampled}{group}, {args.steps} steps, "

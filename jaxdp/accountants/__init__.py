@@ -21,6 +21,7 @@ from jaxdp.accountants._api import (
     saddlepoint_terms,
 )
 from jaxdp.accountants._exact import log_delta_gaussian
+from jaxdp.accountants._group import GroupCurve, group_curve
 from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants.montecarlo import (
     EvrVerdict,
@@ -39,6 +40,7 @@ from jaxdp.accountants.montecarlo import (
 
 __all__ = [
     "EvrVerdict",
+    "GroupCurve",
     "MethodInfo",
     "MonteCarloEstimate",
     "MonteCarloGradient",
@@ -52,6 +54,7 @@ __all__ = [
     "epsilon_of_composition",
     "evr",
     "evr_offset",
+    "group_curve",
     "log_delta_for_epsilon",
     "log_delta_gaussian",
     "log_delta_of_composition",

@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, log_t_bracket, saddle_point
+from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, k012, log_deltas, log_t_bracket, saddle_point
 from jaxdp.mechanisms import MixtureMechanism, by_direction, is_add, mixture_rule, scan_parts
-from jaxdp.numerics import log_ndtr, log_sub_exp, solve_decreasing
+from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
 SPLIT_WIDTH = 0.02
@@ -55,6 +55,8 @@ JUMP_BULK_VAR_FLOOR = 1e-10
 #: the Edgeworth factor is kept above this (its first-order form can turn negative far in a tail)
 MIN_FACTOR = 0.05
 #: above this Mills-ratio argument the Hermite recurrence cancels: Gauss-Laguerre instead
+# the one-jump term's Edgeworth corrections are evaluated on this many of the jump law's nodes
+JUMP_TOP = 96
 _LAGUERRE_FROM = 8.0
 _LOG_ZERO = -1e30
 _GL_X, _GL_W = np.polynomial.laguerre.laggauss(24)
@@ -190,11 +192,16 @@ def _one_jump_terms(comp, direction, shape, t, eps):
         rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
         rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
         k0 = jnp.where(use, shape.k0, 0.0)
-        first, second = _log_terms(k0, jnp.broadcast_to(rest, (*ell.shape, 4)), ts, es - ell)
+        # the Edgeworth terms on the JUMP_TOP nodes that carry most of the sum (ranked by the Gaussian part,
+        # cheap); the Gaussian part alone on the others (each under ~1e-3 of the sum there)
+        gauss = log_wj + _log_gauss_term(k0, rest, ts, es - ell) - ts * ell
+        top = jax.lax.top_k(jax.lax.stop_gradient(gauss), JUMP_TOP)[1]
+        first, second = _log_terms(k0, jnp.broadcast_to(rest, (JUMP_TOP, 4)), ts, es - ell[top])
+        others = jax.nn.logsumexp(gauss.at[top].set(_LOG_ZERO))
         log_n = jnp.log(jnp.where(n > 0, n, 1.0))
         out = []
         for a_, v in zip(acc, (first, second)):
-            val = jax.nn.logsumexp(log_wj + v - ts * ell) + log_n
+            val = jnp.logaddexp(jax.nn.logsumexp(log_wj[top] + v - ts * ell[top]), others) + log_n
             out.append(jnp.logaddexp(a_, jnp.where(use & jnp.isfinite(val), val, _LOG_ZERO)))
         return tuple(out)
 
@@ -231,15 +238,29 @@ def _ratios(z0, a):
     return log_j0, out
 
 
-def _log_terms(k0, kappa, t, eps):
-    """``(log delta with the skewness term, log delta with the second-order terms too)`` for one Edgeworth
-    component with cumulants ``kappa = (k1, k2, k3, k4)``, at tilt ``t``."""
-    k1, k2, k3, k4 = kappa[..., 0], kappa[..., 1], kappa[..., 2], kappa[..., 3]
+def _standardised(kappa, eps):
+    k1, k2 = kappa[..., 0], kappa[..., 1]
     # a floor keeping |z0| <= 1e12 (z0^2 finite): a degenerate law (a direction past its largest loss,
     # tilted to the bracket's edge) then gives a huge negative log delta instead of NaN
     k2 = jnp.maximum(k2, 1e-24 * (1.0 + (eps - k1) ** 2))
     s = jnp.sqrt(k2)
-    z0 = (eps - k1) / s
+    return k2, s, (eps - k1) / s
+
+
+def _log_gauss_term(k0, kappa, t, eps):
+    """The Gaussian (zeroth-order) part of :func:`_log_terms`, without the correction ratios (cheap)."""
+    _, s, z0 = _standardised(kappa, eps)
+    u_t, u_u = z0 + t * s, z0 + (t + 1.0) * s
+    lj_t = log_ndtr(-u_t) + 0.5 * u_t * u_t
+    lj_u = log_ndtr(-u_u) + 0.5 * u_u * u_u
+    return k0 - t * eps - 0.5 * z0 * z0 + log_sub_exp(lj_t, lj_u)
+
+
+def _log_terms(k0, kappa, t, eps):
+    """``(log delta with the skewness term, log delta with the second-order terms too)`` for one Edgeworth
+    component with cumulants ``kappa = (k1, k2, k3, k4)``, at tilt ``t``."""
+    k3, k4 = kappa[..., 2], kappa[..., 3]
+    k2, s, z0 = _standardised(kappa, eps)
     g1, g2 = k3 / (s * k2), k4 / (k2 * k2)
     lj_t, rt = _ratios(z0, t * s)
     lj_u, ru = _ratios(z0, (t + 1.0) * s)
@@ -358,7 +379,20 @@ def epsilon_estimate(comp, direction, log_delta):
         # far past the root delta can underflow to 0: a finite stand-in keeps the bracketing going
         return jnp.maximum(_log_delta_at(comp, direction, t, eps)[1][0], -1e8) - log_delta
 
-    u0 = guess_log_t_for_delta(comp, log_delta)
+    # the same with delta_2 (cheap; nothing differentiated flows through it): its root and its slope there
+    # start the secant iteration, which then needs a handful of split evaluations and no derivative
+    comp_c, log_delta_c = jax.lax.stop_gradient((comp, log_delta))
+
+    def g_plain(u):
+        t = jnp.exp(u)
+        k0, k1, k2 = k012(comp_c, direction, t)
+        log_d2, _ = log_deltas(k0, k1, k2, t, k1 - 1.0 / t - 1.0 / (1.0 + t))
+        return log_d2 - log_delta_c
+
+    u0 = guess_log_t_for_delta(comp_c, log_delta_c)
     lo, hi = log_t_bracket(u0)
-    u = solve_decreasing(g, lo, hi, x0=u0, max_jump=2.0)
+    u2, _, _, _ = bracketed_newton(g_plain, lo, hi, u0, max_jump=2.0)
+    u2 = jnp.where(jnp.isfinite(u2), u2, u0)
+    slope = jax.jvp(g_plain, (u2,), (jnp.ones_like(u2),))[1]
+    u = solve_decreasing(g, lo, hi, x0=u2, max_jump=2.0, slope0=slope)
     return jnp.maximum(eps_at(jnp.exp(u)), 0.0)

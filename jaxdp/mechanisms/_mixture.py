@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fractions
 import math
 from typing import ClassVar
 
@@ -138,6 +139,13 @@ def _check_mixture(sensitivities, probs):
         raise ValueError(f"probs must be >= 0 and sum to 1, got {np.array2string(p)}.")
 
 
+def _count(name, value, minimum):
+    """A Python or NumPy integer ``>= minimum`` (``True`` and ``2.0`` are refused: a count is an integer)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)
+
+
 def _as_leaf(x):
     if isinstance(x, (list, tuple)):
         return np.asarray(x, dtype=np.float64)
@@ -183,6 +191,37 @@ class MixtureOfGaussians(MixtureMechanism):
         q = float(sampling_prob)
         probs = np.array([math.comb(k, i) * q**i * (1 - q) ** (k - i) for i in range(k + 1)])
         return cls(noise_multiplier, np.arange(k + 1, dtype=np.float64), probs / probs.sum(), adjacency)
+
+    @classmethod
+    def fixed_batch_group(
+        cls, noise_multiplier, *, dataset_size: int, batch_size: int, group_size: int = 1, adjacency="add_or_remove"
+    ):
+        """Fixed batch size ``B`` drawn without replacement from ``n`` records, a group of ``g`` (Ganesh 2024, Thm 3.3).
+
+        Each step of DP-SGD that draws a uniformly random batch of exactly ``batch_size`` examples is dominated
+        (add and remove adjacency of up to ``group_size`` records, datasets of at least ``dataset_size``
+        records) by the mixture with sensitivity ``2 H``, ``H ~ Hypergeometric(B, n + g, g)``:
+        ``P(H = j) = C(g, j) C(n, B - j) / C(n + g, B)``, ``j = 0..min(g, B)``.  The factor 2: a group
+        member in the batch displaces an example that would have been there, and the two clipped
+        gradients can point in opposite directions.  ``group_size=1`` is ordinary example-level DP with a
+        fixed batch size -- not the Poisson-subsampled Gaussian at ``q = B / n``, which under-reports it.
+        The weights are exact (integer arithmetic, then rounded once).
+
+        Example:
+          >>> import jaxdp
+          >>> m = jaxdp.MixtureOfGaussians.fixed_batch_group(1.0, dataset_size=999, batch_size=10)
+          >>> m.sensitivities.tolist(), [round(p, 6) for p in m.probs.tolist()]
+          ([0.0, 2.0], [0.99, 0.01])
+        """
+        n = _count("dataset_size", dataset_size, 1)
+        b = _count("batch_size", batch_size, 1)
+        g = _count("group_size", group_size, 1)
+        if b > n:
+            raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
+        total = math.comb(n + g, b)
+        js = range(min(g, b) + 1)
+        probs = np.array([float(fractions.Fraction(math.comb(g, j) * math.comb(n, b - j), total)) for j in js])
+        return cls(noise_multiplier, 2.0 * np.arange(len(probs), dtype=np.float64), probs / probs.sum(), adjacency)
 
     def mixture(self):
         c = _f64(self.sensitivities)

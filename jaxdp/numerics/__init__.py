@@ -24,6 +24,7 @@ from jaxdp.numerics._nufft import SPREAD, nufft1
 from jaxdp.numerics._pytree import pytree_dataclass
 from jaxdp.numerics._solvers import (
     bracketed_newton,
+    bracketed_secant,
     implicit_root,
     minimize_on_grid,
     safeguarded_newton,
@@ -43,6 +44,7 @@ __all__ = [
     "argmax",
     "argmin",
     "bracketed_newton",
+    "bracketed_secant",
     "float64_entry",
     "float64_scope",
     "implicit_root",

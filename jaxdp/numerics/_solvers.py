@@ -19,6 +19,7 @@ from jaxdp.numerics._logspace import argmin, nan_to
 
 __all__ = [
     "bracketed_newton",
+    "bracketed_secant",
     "implicit_root",
     "minimize_on_grid",
     "safeguarded_newton",
@@ -85,6 +86,53 @@ def bracketed_newton(
     return x, a, b, i
 
 
+def bracketed_secant(g, lo, hi, x0, slope0, *, max_iterations: int = 40, xtol: float = 1e-10, max_jump=jnp.inf):
+    """Safeguarded secant iteration for a decreasing ``g`` on ``[lo, hi]`` from ``x0``, the first step taken
+    with the slope estimate ``slope0 < 0`` (a cheaper approximation's derivative, say).
+
+    One evaluation of ``g`` per iteration and no derivative (for a ``g`` whose forward-mode derivative
+    costs several evaluations).  A step that leaves the established bracket, or fails to halve the step
+    before last, is replaced by a bisection (capped at ``max_jump`` from the iterate).  A non-finite
+    ``g`` stops the iteration with ``x = NaN``, as in :func:`bracketed_newton`.
+
+    Returns ``(x, a, b, iterations)``.
+    """
+    x0 = jnp.clip(x0, lo, hi)
+    g0 = g(x0)
+    a = jnp.where(g0 > 0, x0, lo)
+    b = jnp.where(g0 > 0, hi, x0)
+
+    def cond(state):
+        return (state[0] < max_iterations) & ~state[-1]
+
+    def body(state):
+        i, a, b, xp, gp, x, dx_old, _ = state
+        gx = g(x)
+        bad = ~jnp.isfinite(gx) | ~jnp.isfinite(gp)
+        a = jnp.where(gx > 0, x, a)
+        b = jnp.where((gx > 0) | bad, b, x)
+        slope = (gx - gp) / (x - xp)
+        step = gx / slope
+        sec = x - step
+        ok = jnp.isfinite(sec) & (slope < 0) & (sec >= a) & (sec <= b) & (2.0 * jnp.abs(step) <= jnp.abs(dx_old))
+        mid = jnp.clip(0.5 * (a + b), x - max_jump, x + max_jump)
+        x_new = jnp.where(ok, sec, mid)
+        converged = gx == 0
+        x_new = jnp.where(converged, x, x_new)
+        x_new = jnp.where(bad, jnp.nan, x_new)
+        tol = xtol * (1.0 + jnp.abs(x))
+        done = (jnp.abs(x_new - x) <= tol) | (b - a <= tol) | converged | bad
+        return i + 1, a, b, x, gx, x_new, jnp.abs(x_new - x), done
+
+    first = x0 - g0 / jnp.where(slope0 < 0, slope0, -1.0)
+    x1 = jnp.clip(jnp.where(jnp.isfinite(first), jnp.clip(first, x0 - max_jump, x0 + max_jump), x0), a, b)
+    x1 = jnp.where(x1 == x0, x0 + jnp.where(g0 > 0, 1e-6, -1e-6) * (1.0 + jnp.abs(x0)), x1)
+    state = (jnp.array(1), a, b, x0, g0, x1, 2.0 * (hi - lo), (g0 == 0) | ~jnp.isfinite(g0))
+    i, a, b, _, _, x, _, _ = jax.lax.while_loop(cond, body, state)
+    x = jnp.where(g0 == 0, x0, x)
+    return x, a, b, i
+
+
 def solve_decreasing(
     f,
     lo,
@@ -93,8 +141,12 @@ def solve_decreasing(
     x0=None,
     max_iterations: int = 80,
     max_jump: float = jnp.inf,
+    slope0=None,
 ):
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
+
+    Bracketed Newton by default; given a first slope estimate ``slope0``, the bracketed secant iteration
+    (:func:`bracketed_secant`: no derivative of ``f`` in the solve, one at the root for the gradient).
 
     Differentiable (implicit function theorem) in whatever ``f`` closes over.
     If ``f(lo) < 0`` the result is ``lo``; if ``f(hi) > 0`` it is ``hi`` (a constant: its
@@ -105,6 +157,10 @@ def solve_decreasing(
     start = 0.5 * (lo + hi) if x0 is None else jax.lax.stop_gradient(x0)
 
     def solve(g, x_init):
+        if slope0 is not None:
+            s0 = jax.lax.stop_gradient(slope0)
+            x, _, _, _ = bracketed_secant(g, lo, hi, x_init, s0, max_iterations=max_iterations, max_jump=max_jump)
+            return x
         x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, max_jump=max_jump)
         return x
 

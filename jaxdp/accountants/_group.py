@@ -1,0 +1,188 @@
+"""Group privacy: epsilon against the group size ``g = 1..G``, one vectorised call.
+
+The group of ``g`` records is accounted exactly by a mixture-of-Gaussians mechanism (Ganesh 2024):
+sensitivity ``Binomial(g, q)`` under Poisson sampling (Thm 3.1), ``2 Hypergeometric(B, n + g, g)`` with a
+fixed batch of ``B`` out of ``n`` (Thm 3.3).  Every group size is padded to the same ``G + 1`` (or
+``min(G, B) + 1``) components with zero weights, so one traced program serves all ``g``.  Beside it, the
+black-box conversion of the example-level guarantee: ``(eps_1, delta_1)``-DP for one record gives
+``(g eps_1, g e^{(g - 1) eps_1} delta_1)`` for ``g`` (Vadhan 2017, Lemma 2.2), the smallest such ``g eps_1``
+at the target delta, read off the example-level curve ``delta_1(eps_1)`` of the same accountant.
+"""
+
+from __future__ import annotations
+
+import fractions
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.accountants._api import epsilon_for_delta, log_delta_for_epsilon
+from jaxdp.mechanisms import MixtureOfGaussians
+from jaxdp.numerics import float64_entry
+from jaxdp.numerics import validate as _validate
+
+__all__ = ["GroupCurve", "group_curve", "group_weights"]
+
+#: points of the example-level curve delta_1(eps_1) read by the black-box conversion
+BLACK_BOX_POINTS = 48
+
+
+class GroupCurve(NamedTuple):
+    """epsilon at one delta for groups of ``1..G`` records (float64 arrays of length ``G``).
+
+    Attributes:
+      group_sizes: ``1..G``.
+      epsilon: the group's epsilon from its mixture-of-Gaussians mechanism (tight).
+      black_box_epsilon: ``g eps_1`` from the example-level guarantee (``inf`` where no ``eps_1`` up to
+        the examined range makes ``g e^{(g - 1) eps_1} delta_1(eps_1) <= delta``).
+      sampling: ``"poisson"`` or ``"fixed"``.
+      method: the accountant.
+    """
+
+    group_sizes: np.ndarray
+    epsilon: jax.Array
+    black_box_epsilon: jax.Array
+    sampling: str
+    method: str
+
+
+def group_weights(max_group_size, *, sampling="poisson", sampling_prob=None, dataset_size=None, batch_size=None):
+    """``(sensitivities (C,), probs (G, C))``: the mixtures of groups ``g = 1..G``, padded with zero weights.
+
+    Poisson: ``c_j = j``, ``p_j = Binomial(g, q)``; fixed batch: ``c_j = 2 j``,
+    ``p_j = C(g, j) C(n, B - j) / C(n + g, B)`` (exact integer arithmetic, rounded once).
+
+    Example:
+      >>> import numpy as np
+      >>> c, p = group_weights(2, sampling_prob=0.5)
+      >>> c.tolist(), p.tolist()
+      ([0.0, 1.0, 2.0], [[0.5, 0.5, 0.0], [0.25, 0.5, 0.25]])
+    """
+    big_g = _integer("max_group_size", max_group_size)
+    if sampling == "poisson":
+        _validate.probability("sampling_prob", sampling_prob)
+        q = float(sampling_prob)
+        probs = np.zeros((big_g, big_g + 1))
+        for g in range(1, big_g + 1):
+            row = np.array([math.comb(g, j) * q**j * (1.0 - q) ** (g - j) for j in range(g + 1)])
+            probs[g - 1, : g + 1] = row / row.sum()
+        return np.arange(big_g + 1, dtype=np.float64), probs
+    if sampling != "fixed":
+        raise ValueError(f"sampling must be 'poisson' or 'fixed', got {sampling!r}.")
+    n = _integer("dataset_size", dataset_size)
+    b = _integer("batch_size", batch_size)
+    if b > n:
+        raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
+    width = min(big_g, b) + 1
+    probs = np.zeros((big_g, width))
+    for g in range(1, big_g + 1):
+        total = math.comb(n + g, b)
+        row = [float(fractions.Fraction(math.comb(g, j) * math.comb(n, b - j), total)) for j in range(min(g, b) + 1)]
+        probs[g - 1, : len(row)] = np.asarray(row) / sum(row)
+    return 2.0 * np.arange(width, dtype=np.float64), probs
+
+
+def _integer(name, value):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
+    return int(value)
+
+
+@float64_entry
+def group_curve(
+    *,
+    noise_multiplier,
+    num_steps,
+    delta,
+    max_group_size,
+    sampling: str = "poisson",
+    sampling_prob=None,
+    dataset_size=None,
+    batch_size=None,
+    method: str | None = None,
+    adjacency="add_or_remove",
+) -> GroupCurve:
+    """epsilon for groups of ``1..max_group_size`` records, and the black-box conversion beside it.
+
+    Args:
+      noise_multiplier: ``> 0``.
+      num_steps: steps of DP-SGD (a whole number ``>= 1``).
+      delta: the target delta in ``(0, 1)`` (the same for every group size).
+      max_group_size: ``G``, an integer ``>= 1``.
+      sampling: ``"poisson"`` (with ``sampling_prob``) or ``"fixed"`` (``batch_size`` out of
+        ``dataset_size``, sampled without replacement).
+      method: the accountant (default: ``"certified"``, a proven upper bound).
+      adjacency: of the records (``"add_or_remove"``, ``"remove"`` or ``"add"``).
+
+    Returns:
+      :class:`GroupCurve`.  Both curves come from the same accountant: with a certified method both
+      are proven upper bounds, and the black-box one is looser by construction.
+
+    Example:
+      >>> import jaxdp
+      >>> c = jaxdp.group_curve(noise_multiplier=2.0, sampling_prob=0.01, num_steps=2000, delta=1e-6,
+      ...                       max_group_size=4, method="characteristic")
+      >>> [round(float(e), 2) for e in c.epsilon]   # dp_accounting's PLD: 1.03, 2.20, -, 4.77
+      [1.03, 2.2, 3.45, 4.77]
+      >>> bool(c.black_box_epsilon[3] > 2 * c.epsilon[3])
+      True
+    """
+    _validate.positive("noise_multiplier", noise_multiplier)
+    _validate.num_steps("num_steps", num_steps)
+    _validate.open_unit("delta", delta)
+    c, probs = group_weights(
+        max_group_size, sampling=sampling, sampling_prob=sampling_prob, dataset_size=dataset_size, batch_size=batch_size
+    )
+    sigma = float(noise_multiplier)
+
+    def mech(p):
+        return MixtureOfGaussians(sigma, jnp.asarray(c), p, adjacency)
+
+    if method is None:
+        from jaxdp.accountants._api import default_method
+
+        method = default_method(mech(jnp.asarray(probs[-1])), num_steps)
+    # one compiled program for every g (the padded shapes are equal); a Python loop over it, not a vmap: the
+    # accountants' root solves batched together run every lane to the slowest one's iteration count, and
+    # a vmapped or lax.map-ped copy of them compiles for minutes
+    eps = jnp.stack(
+        [epsilon_for_delta(mech(jnp.asarray(p)), delta=delta, num_steps=num_steps, method=method) for p in probs]
+    )
+    example = MixtureOfGaussians(sigma, jnp.asarray(c[:2]), jnp.asarray(probs[0, :2]), adjacency)
+    black_box = _black_box(example, probs.shape[0], eps[0], delta, num_steps, method)
+    return GroupCurve(np.arange(1, probs.shape[0] + 1), eps, black_box, sampling, method)
+
+
+def _black_box(example, big_g, eps1, delta, num_steps, method):
+    """``g eps_1`` at the smallest ``eps_1`` with ``g e^{(g - 1) eps_1} delta_1(eps_1) <= delta``, per ``g``.
+
+    ``delta_1`` is read at ``BLACK_BOX_POINTS`` values of ``eps_1`` from ``eps_1(delta)`` up (no smaller
+    ``eps_1`` can qualify: ``g e^{(g-1) eps_1} >= 1``) and linear in between, in log space; past the last
+    point the conversion is reported as ``inf``.  ``delta_1 = 0`` (a bounded loss) reads as ``log 0 = -inf``
+    and qualifies.
+    """
+    g = jnp.arange(1, big_g + 1, dtype=jnp.float64)
+    eps1 = float(eps1)
+    top = max(4.0 * big_g * eps1, eps1 + 20.0)
+    coarse = eps1 + (top - eps1) * np.linspace(0.0, 1.0, BLACK_BOX_POINTS) ** 2
+    log_coarse = np.array(
+        [float(log_delta_for_epsilon(example, epsilon=e, num_steps=num_steps, method=method)) for e in coarse]
+    )
+    # log delta_1 is convex in eps_1: linear interpolation lies above it, so the conversion read off it is
+    # never below the one read off the exact curve
+    grid = jnp.asarray(eps1 + (top - eps1) * np.linspace(0.0, 1.0, 8 * BLACK_BOX_POINTS) ** 2)
+    log_d1 = jnp.interp(grid, jnp.asarray(coarse), jnp.asarray(log_coarse))
+    # h_g(e) = log g + (g - 1) e + log delta_1(e) - log delta; the first grid point with h <= 0, then linear
+    h = jnp.log(g)[:, None] + (g - 1.0)[:, None] * grid[None, :] + log_d1[None, :] - math.log(delta)
+    ok = h <= 0.0
+    first = jnp.argmax(ok, axis=1)
+    found = jnp.any(ok, axis=1)
+    i1 = jnp.maximum(first, 1)
+    h0, h1 = jnp.take_along_axis(h, (i1 - 1)[:, None], 1)[:, 0], jnp.take_along_axis(h, i1[:, None], 1)[:, 0]
+    e0, e1 = grid[i1 - 1], grid[i1]
+    frac = jnp.where(h0 > h1, h0 / jnp.where(h0 > h1, h0 - h1, 1.0), 1.0)
+    e = jnp.where(first == 0, grid[0], e0 + jnp.clip(frac, 0.0, 1.0) * (e1 - e0))
+    return jnp.where(found, g * e, jnp.inf)
