@@ -159,9 +159,22 @@ def test_poisson_sample_membership_is_bernoulli_q():
 def test_fixed_batches_are_never_accounted_as_poisson():
     s = fixed_batch_sample(jax.random.key(8), num_examples=50, batch_size=10)
     assert s.sampling == "fixed" and len(set(np.asarray(s.indices).tolist())) == 10
-    tracker = PrivacyTracker(delta=1e-5)
-    with pytest.raises(ValueError, match="fixed"):
+    tracker = PrivacyTracker(delta=1e-5, method="rdp", estimate_method="rdp", target_epsilon=50.0)
+    with pytest.raises(ValueError, match="not sampling_prob"):  # a fixed batch has no q of its own
         tracker.record(noise_multiplier=1.0, sampling_prob=0.2, sampling=s.sampling)
+    with pytest.raises(ValueError, match="dataset_size"):
+        tracker.record(noise_multiplier=1.0, sampling=s.sampling, batch_size=10)
+    for _ in range(30):
+        tracker.record(noise_multiplier=1.0, sampling=s.sampling, dataset_size=50, batch_size=10)
+    # the fixed-batch mechanism (sensitivity 2 x Hypergeometric), independently of the tracker's recording
+    mech = jaxdp.MixtureOfGaussians.fixed_batch_group(1.0, dataset_size=50, batch_size=10)
+    expected = float(jaxdp.epsilon_for_delta(mech, delta=1e-5, num_steps=30, method="rdp"))
+    assert tracker.epsilon() == pytest.approx(expected, rel=1e-9)
+    poisson = float(
+        jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(1.0, 0.2), delta=1e-5, num_steps=30, method="rdp")
+    )
+    assert tracker.epsilon() > poisson
+    assert tracker.can_step(noise_multiplier=1.0, sampling="fixed", dataset_size=50, batch_size=10)
 
 
 @pytest.mark.parametrize(

@@ -63,8 +63,10 @@ def poisson_sample(key, *, num_examples: int, sampling_prob) -> BatchSample:
 def fixed_batch_sample(key, *, num_examples: int, batch_size: int) -> BatchSample:
     """A uniformly random subset of exactly ``batch_size`` examples (sampling without replacement).
 
-    Not Poisson sampling: account for it with the fixed-batch mechanism, not with
-    ``PoissonSubsampledGaussian`` (:class:`~jaxdp.training.PrivacyTracker` refuses it until then).
+    Not Poisson sampling: account for it with the fixed-batch mechanism
+    (:meth:`jaxdp.MixtureOfGaussians.fixed_batch_group`, or ``PrivacyTracker.record(...,
+    sampling="fixed", dataset_size=, batch_size=)``), not with ``PoissonSubsampledGaussian`` at ``B / n``,
+    which under-reports it.
 
     Example:
       >>> import jax

@@ -62,19 +62,27 @@ class PrivacyTracker:
 
     # -- recording -----------------------------------------------------------------------------------------
 
-    def record(self, *, noise_multiplier, sampling_prob, num_steps=1, sampling="poisson"):
-        """Records ``num_steps`` steps of ``PoissonSubsampledGaussian(noise_multiplier, sampling_prob)``.
+    def record(
+        self,
+        *,
+        noise_multiplier,
+        sampling_prob=None,
+        num_steps=1,
+        sampling="poisson",
+        dataset_size=None,
+        batch_size=None,
+    ):
+        """Records ``num_steps`` steps of DP-SGD with this noise multiplier.
 
-        ``sampling="fixed"`` (a fixed-size batch) raises: fixed-batch accounting is not built yet, and a fixed
-        batch is never accounted as if it were Poisson.
+        ``sampling="poisson"`` (default): each example joins the batch with probability ``sampling_prob``
+        (``PoissonSubsampledGaussian(noise_multiplier, sampling_prob)``).  ``sampling="fixed"``: a batch of
+        exactly ``batch_size`` out of ``dataset_size`` examples, drawn without replacement
+        (:meth:`~jaxdp.MixtureOfGaussians.fixed_batch_group`, Ganesh 2024, Thm 3.3); no ``sampling_prob``.
+        Its dominating pair, ``N(0, s^2)`` against ``(1 - p) N(0, s^2) + p N(2, s^2)`` with
+        ``p = B / (n + 1)``, is that of the Poisson-subsampled Gaussian at ``(s / 2, p)`` scaled by 2, so it is
+        recorded as such: the same privacy loss, and the same compiled program as Poisson steps.
         """
-        if sampling != "poisson":
-            raise ValueError(
-                f"sampling={sampling!r}: only Poisson sampling is accounted so far (fixed-size batches need the "
-                "fixed-batch mechanism, not built yet); jaxdp will not account them as Poisson."
-            )
-        sigma = float(noise_multiplier)
-        q = float(sampling_prob)
+        sigma, q = self._step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size)
         last = self._segments[-1] if self._segments else None
         if num_steps == 1 and type(num_steps) is int and last is not None and last[0] == sigma and last[1] == q:
             last[2] += 1  # the per-step fast path: these values were checked when the segment began
@@ -91,6 +99,28 @@ class PrivacyTracker:
         else:
             self._segments.append([sigma, q, n])
         self._total += n
+
+    @staticmethod
+    def _step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size):
+        """``(sigma, q)`` of the Poisson-subsampled Gaussian recording a step (see :meth:`record`)."""
+        if sampling == "poisson":
+            if dataset_size is not None or batch_size is not None:
+                raise ValueError("dataset_size and batch_size describe sampling='fixed'; Poisson takes sampling_prob.")
+            if sampling_prob is None:
+                raise ValueError("sampling='poisson' needs sampling_prob.")
+            return float(noise_multiplier), float(sampling_prob)
+        if sampling != "fixed":
+            raise ValueError(f"sampling must be 'poisson' or 'fixed', got {sampling!r}.")
+        if sampling_prob is not None:
+            raise ValueError("sampling='fixed' takes dataset_size and batch_size, not sampling_prob.")
+        n, b = dataset_size, batch_size
+        for name, v in (("dataset_size", n), ("batch_size", b)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ValueError(f"sampling='fixed' needs {name}, an integer >= 1, got {v!r}.")
+        if b > n:
+            raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
+        _validate.positive("noise_multiplier", noise_multiplier)
+        return 0.5 * float(noise_multiplier), int(b) / (int(n) + 1)
 
     @property
     def num_steps(self) -> int:
@@ -137,16 +167,19 @@ class PrivacyTracker:
             return 0.0
         return self._epsilon(self.estimate_method)
 
-    def steps_left(self, *, noise_multiplier, sampling_prob) -> int:
+    def steps_left(
+        self, *, noise_multiplier, sampling_prob=None, sampling="poisson", dataset_size=None, batch_size=None
+    ) -> int:
         """The largest ``n >= 0`` such that ``n`` more steps at these hyperparameters keep the *certified*
-        epsilon within ``target_epsilon`` (at most ``MAX_STEPS``).
+        epsilon within ``target_epsilon`` (at most ``MAX_STEPS``).  The sampling arguments are those of
+        :meth:`record`.
 
         Computed with the certified method once per (hyperparameters, steps recorded) change of regime and
         then kept: while the run records steps at the same hyperparameters the answer is updated in O(1).
         """
         if self.target_epsilon is None:
             raise ValueError("steps_left needs a target_epsilon (PrivacyTracker(target_epsilon=...)).")
-        sigma, q = float(noise_multiplier), float(sampling_prob)
+        sigma, q = self._step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size)
         if self._horizon is not None and self._horizon[:2] == (sigma, q):  # the per-step fast path
             return max(self._horizon[2] - self._total, 0)
         _validate.positive("noise_multiplier", sigma)
@@ -155,9 +188,10 @@ class PrivacyTracker:
             self._horizon = (sigma, q, self.num_steps + self._largest_within_budget(sigma, q))
         return max(self._horizon[2] - self.num_steps, 0)
 
-    def can_step(self, *, noise_multiplier, sampling_prob) -> bool:
-        """Whether one more step at these hyperparameters stays within ``target_epsilon`` (certified)."""
-        return self.steps_left(noise_multiplier=noise_multiplier, sampling_prob=sampling_prob) >= 1
+    def can_step(self, *, noise_multiplier, sampling_prob=None, **sampling) -> bool:
+        """Whether one more step at these hyperparameters stays within ``target_epsilon`` (certified); the
+        sampling arguments are those of :meth:`record`."""
+        return self.steps_left(noise_multiplier=noise_multiplier, sampling_prob=sampling_prob, **sampling) >= 1
 
     def _certified_with(self, sigma, q, n) -> float:
         return self._epsilon(self.method, (sigma, q, n))
