@@ -127,3 +127,28 @@ def test_cgf_derivatives_are_smooth_and_convex_along_t():
         k2 = jax.vmap(jax.grad(jax.grad(lambda t: m.cgf(t))))(ts)
     assert np.all(np.diff(np.asarray(k1)) > 0)
     assert np.all(np.asarray(k2) > 0)
+
+
+def test_bracketed_secant_solves_and_differentiates_like_newton():
+    """The secant path of ``solve_decreasing`` (``slope0=``): the same root as bracketed Newton, from a
+    poor slope estimate and from outside a steep region, and the implicit gradient of the root."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxdp.numerics import bracketed_newton, bracketed_secant, solve_decreasing
+
+    with jax.enable_x64(True):
+
+        def f(x, a):  # decreasing, steep past the root (as log delta along the saddle-point curve)
+            return a - x - jnp.expm1(3.0 * (x - 1.0))
+
+        for a in (0.3, 2.0, 7.5):
+            ref, *_ = bracketed_newton(lambda x, a=a: f(x, a), -10.0, 10.0, 0.0)
+            for x0, s0 in ((0.0, -1.0), (5.0, -0.01), (-8.0, -100.0)):
+                x, _, _, it = bracketed_secant(lambda x, a=a: f(x, a), -10.0, 10.0, x0, s0)
+                assert abs(float(x - ref)) < 1e-9 and int(it) < 40
+        root = lambda a: solve_decreasing(lambda x: f(x, a), -10.0, 10.0, x0=0.0, slope0=-1.0)  # noqa: E731
+        g = jax.grad(root)(2.0)
+        h = 1e-6
+        fd = (root(2.0 + h) - root(2.0 - h)) / (2 * h)
+        assert abs(float(g - fd)) < 1e-6 * abs(float(fd))
