@@ -169,7 +169,7 @@ def _black_box(example, big_g, eps1, delta, num_steps, method):
     point the conversion is reported as ``inf``.  ``delta_1 = 0`` (a bounded loss) reads as ``log 0 = -inf``
     and qualifies.
     """
-    g = jnp.arange(1, big_g + 1, dtype=jnp.float64)
+    g = np.arange(1, big_g + 1, dtype=np.float64)
     eps1 = float(eps1)
     top = max(4.0 * big_g * eps1, eps1 + 20.0)
     coarse = eps1 + (top - eps1) * np.linspace(0.0, 1.0, BLACK_BOX_POINTS) ** 2
@@ -178,16 +178,22 @@ def _black_box(example, big_g, eps1, delta, num_steps, method):
     )
     # log delta_1 is convex in eps_1: linear interpolation lies above it, so the conversion read off it is
     # never below the one read off the exact curve
-    grid = jnp.asarray(eps1 + (top - eps1) * np.linspace(0.0, 1.0, 8 * BLACK_BOX_POINTS) ** 2)
-    log_d1 = jnp.interp(grid, jnp.asarray(coarse), jnp.asarray(log_coarse))
+    grid = eps1 + (top - eps1) * np.linspace(0.0, 1.0, 8 * BLACK_BOX_POINTS) ** 2
+    log_d1 = np.interp(grid, coarse, log_coarse)
     # h_g(e) = log g + (g - 1) e + log delta_1(e) - log delta; the first grid point with h <= 0, then linear
-    h = jnp.log(g)[:, None] + (g - 1.0)[:, None] * grid[None, :] + log_d1[None, :] - math.log(delta)
+    with np.errstate(invalid="ignore"):
+        h = np.log(g)[:, None] + (g - 1.0)[:, None] * grid[None, :] + log_d1[None, :] - math.log(delta)
     ok = h <= 0.0
-    first = jnp.argmax(ok, axis=1)
-    found = jnp.any(ok, axis=1)
-    i1 = jnp.maximum(first, 1)
-    h0, h1 = jnp.take_along_axis(h, (i1 - 1)[:, None], 1)[:, 0], jnp.take_along_axis(h, i1[:, None], 1)[:, 0]
-    e0, e1 = grid[i1 - 1], grid[i1]
-    frac = jnp.where(h0 > h1, h0 / jnp.where(h0 > h1, h0 - h1, 1.0), 1.0)
-    e = jnp.where(first == 0, grid[0], e0 + jnp.clip(frac, 0.0, 1.0) * (e1 - e0))
-    return jnp.where(found, g * e, jnp.inf)
+    out = np.full(big_g, np.inf)
+    for k in range(big_g):
+        hits = np.flatnonzero(ok[k])
+        if hits.size == 0:
+            continue
+        i = hits[0]
+        if i == 0:
+            out[k] = g[k] * grid[0]
+            continue
+        h0, h1 = h[k, i - 1], h[k, i]
+        frac = h0 / (h0 - h1) if np.isfinite(h1) and h0 > h1 else 1.0
+        out[k] = g[k] * (grid[i - 1] + min(max(frac, 0.0), 1.0) * (grid[i] - grid[i - 1]))
+    return out
