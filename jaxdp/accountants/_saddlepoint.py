@@ -3,7 +3,7 @@
 The saddle point ``t*`` solves ``K'(t*) = eps + 1/t* + 1/(1 + t*)`` for the composed CGF ``K``.
 ``"saddlepoint"`` is the one-Gaussian approximation ``delta_2`` of the paper at ``t*`` (fast; 20-200 % off in
 epsilon at small q); ``"saddlepoint-split"`` is the bulk/jump-split estimate
-(:mod:`jaxdp.accountants._split_saddle`), right there but ~25x slower.  Both are estimates, not bounds.
+(:mod:`jaxdp.accountants._split_saddle`), right there but ~14x slower.  Both are estimates, not bounds.
 ``delta_2`` is also the starting point of the other accountants and the base of the certified bound.
 ``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound)`` with a Berry-Esseen error bound valid
 at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
