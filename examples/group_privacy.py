@@ -29,7 +29,9 @@ def main():
     eps_poisson = float(jaxdp.epsilon_for_delta(poisson, delta=DELTA, num_steps=STEPS, method="characteristic"))
     print(f"sigma = {args.sigma:g}, {STEPS} steps, delta = {DELTA:g}")
     print(f"  fixed batches of {B} out of {N}:  epsilon = {eps_fixed:.3f}")
-    print(f"  accounted as Poisson at q = {B / N:g}: epsilon = {eps_poisson:.3f}  ({eps_fixed / eps_poisson:.1f}x too low)")
+    print(
+        f"  accounted as Poisson at q = {B / N:g}: epsilon = {eps_poisson:.3f}  ({eps_fixed / eps_poisson:.1f}x too low)"
+    )
 
     for sampling, kw in (("poisson", {"sampling_prob": B / N}), ("fixed", {"dataset_size": N, "batch_size": B})):
         curve = jaxdp.group_curve(
@@ -41,7 +43,7 @@ def main():
             method="characteristic",
             **kw,
         )
-        print(f"\ngroup privacy, {sampling} sampling:   g   epsilon   black-box")
+        print(f"\n{f'group privacy, {sampling} sampling:':<33}  g   epsilon   black-box")
         for g, e, bb in zip(curve.group_sizes, curve.epsilon, curve.black_box_epsilon):
             print(f"{'':>33}{g:>3}  {e:>8.3f}  {bb:>10.3f}")
 

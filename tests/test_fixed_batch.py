@@ -247,3 +247,39 @@ def test_cli_curve_outputs_and_plot(capsys, tmp_path):
     assert np.all(np.diff(r["epsilon"]) > 0)
     assert all(c >= e for c, e in zip(r["epsilon_certified"], r["epsilon"]))  # RDP is looser than the estimate
     assert plot.stat().st_size > 10_000 and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
+    import jax
+
+    from jaxdp import cli
+
+    def run(line):
+        return cli._run(cli.build_parser().parse_args(line.split()))
+
+    fixed = "--sampling fixed --dataset-size 10 --batch-size 5"
+    # the fixed batch of 5 out of 10 at sigma = 2 is the PSG at (1, 5 / 11): an independent Monte Carlo run
+    twin = jaxdp.PoissonSubsampledGaussian(1.0, 5 / 11)
+    ref = jaxdp.montecarlo_delta(twin, epsilon=1.0, num_steps=4, key=jax.random.key(7), num_samples=200_000)
+    _, rec = run(f"verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.3 --seed 1 --json {fixed}")
+    assert rec["sampling"] == "fixed" and rec["q"] == pytest.approx(0.5)
+    est = rec["delta_estimate"]
+    assert abs(est - float(ref.value)) <= 6 * float(ref.stderr) + 0.02 * float(ref.value)
+    _, rec = run(f"online --sigma 4 --max-steps 3 --delta 1e-3 --samples 20000 --json {fixed}")
+    assert rec["sampling"] == "fixed" and rec["steps"] == [1, 2, 3]
+    rdp = float(
+        jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(2.0, 5 / 11), delta=1e-3, num_steps=3, method="rdp")
+    )
+    assert 0 < rec["epsilon"][-1] <= rdp  # under RDP's (proven, looser) bound of the equivalent PSG
+    out = tmp_path / "sweep.csv"
+    run(
+        f"sweep --target-epsilon 4 --delta 1e-5 --steps 300 --method saddlepoint --certify none --out {out} "
+        "--sampling fixed --dataset-size 1000 --batch-size 10,20"
+    )
+    rows = out.read_text().strip().splitlines()
+    assert rows[0].startswith("q,steps,sigma") and len(rows) == 3
+    for row, b in zip(rows[1:], (10, 20)):
+        sigma = float(row.split(",")[2])
+        m = jaxdp.MixtureOfGaussians.fixed_batch_group(sigma, dataset_size=1000, batch_size=b)
+        eps = float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=300, method="saddlepoint"))
+        assert eps == pytest.approx(4.0, rel=1e-4)
