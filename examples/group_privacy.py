@@ -30,7 +30,8 @@ def main():
     print(f"sigma = {args.sigma:g}, {STEPS} steps, delta = {DELTA:g}")
     print(f"  fixed batches of {B} out of {N}:  epsilon = {eps_fixed:.3f}")
     print(
-        f"  accounted as Poisson at q = {B / N:g}: epsilon = {eps_poisson:.3f}  ({eps_fixed / eps_poisson:.1f}x too low)"
+        f"  accounted as Poisson at q = {B / N:g}: epsilon = {eps_poisson:.3f}"
+        f"  ({eps_fixed / eps_poisson:.1f}x too low)"
     )
 
     for sampling, kw in (("poisson", {"sampling_prob": B / N}), ("fixed", {"dataset_size": N, "batch_size": B})):
