@@ -8,6 +8,11 @@
     jaxdp epsilon ... --method montecarlo [--samples N] [--seed S] [--estimator tilted|tilted-one|simple]
     jaxdp verify --sigma 1.0 --q 0.01 --steps 100 --epsilon 2.0 --delta-est 1e-4 [--tau 0.9] [--seed S] [--json]
     jaxdp online --sigma 1.0 --q 0.01 --max-steps 2000 --delta 1e-5 [--samples N] [--json | --csv] [--plot F.png]
+    jaxdp group-curve --sigma 2 --q 0.01 --steps 2000 --delta 1e-6 --max-group 16 [--json | --csv] [--plot F.png]
+    jaxdp curve --sigma 1 --q 0.01 --max-steps 2000 --delta 1e-5 [--json | --csv] [--plot F.png]
+
+Every subcommand takes ``--sampling poisson|fixed --dataset-size N --batch-size B`` (fixed: batches of exactly
+B out of N, :meth:`jaxdp.MixtureOfGaussians.fixed_batch_group`; poisson with N and B: q = B / N).
 
 Bad input exits with status 2 and one line on stderr.
 """
