@@ -59,14 +59,20 @@ def _float(name):
     return parse
 
 
-def _steps(text):
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps must be an integer >= 1, got {text!r}") from None
-    if not math.isfinite(value) or value != int(value) or value < 1:
-        raise argparse.ArgumentTypeError(f"--steps must be an integer >= 1, got {text!r}")
-    return int(value)
+def _int(name):
+    def parse(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}") from None
+        if not math.isfinite(value) or value != int(value) or value < 1:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
+        return int(value)
+
+    return parse
+
+
+_steps = _int("--steps")
 
 
 def _add_sampling(p, *, batch_sizes=False):
@@ -82,19 +88,6 @@ def _add_sampling(p, *, batch_sizes=False):
         p.add_argument("--batch-size", type=_floats("--batch-size"), default=None, help="comma-separated batch sizes")
     else:
         p.add_argument("--batch-size", type=_int("--batch-size"), default=None, help="records per batch (B); q = B / N")
-
-
-def _int(name):
-    def parse(text):
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}") from None
-        if not math.isfinite(value) or value != int(value) or value < 1:
-            raise argparse.ArgumentTypeError(f"{name} must be an integer >= 1, got {text!r}")
-        return int(value)
-
-    return parse
 
 
 def _resolve_sampling(args, *, q_default=1.0):
@@ -407,13 +400,7 @@ def _online(args):
 
 
 def _online_plot(args, steps, cols):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib).") from None
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     ax.plot(steps, cols["epsilon"], color="C0", label="Monte Carlo estimate")
     ax.fill_between(steps, cols["ci_low"], cols["ci_high"], color="C0", alpha=0.25, label="95% interval")
@@ -523,13 +510,7 @@ def _sweep(args):
 
 
 def _heatmap(args, q, steps, sigma):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise ValueError("--plot needs matplotlib (pip install matplotlib).") from None
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(1.2 + 0.9 * q.size, 1.0 + 0.6 * steps.size))
     im = ax.imshow(sigma, origin="lower", aspect="auto", cmap="viridis")
     ax.set_xticks(range(q.size), [f"{v:g}" for v in q])
@@ -692,17 +673,7 @@ def _curve(args):
 
     validate.positive("--sigma", args.sigma)
     validate.open_unit("--delta", args.delta)
-    validate.probability("--q", args.q)
-    if args.group_size is not None and args.group_size < 1:
-        raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
-    if args.sampling == "fixed":
-        mech = _fixed_batch(args.sigma, args, args.group_size)
-    elif args.group_size is not None and args.group_size > 1:
-        mech = jaxdp.MixtureOfGaussians.poisson_group(args.sigma, args.q, args.group_size, adjacency=args.adjacency)
-    elif args.q == 1.0:
-        mech = jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
-    else:
-        mech = jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)
+    mech = _mechanism(args)
     certify = None if args.certify.lower() == "none" else args.certify
     steps = np.unique(np.round(np.geomspace(1, args.max_steps, min(args.points, args.max_steps))).astype(int))
     start = time.perf_counter()
@@ -904,22 +875,20 @@ def _mechanism(args):
 
     if args.group_size is not None and args.group_size < 1:
         raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
+    mechanism = getattr(args, "mechanism", "poisson-gaussian")  # (the curve subcommand has no --mechanism)
     if args.sampling == "fixed":
-        if args.mechanism != "poisson-gaussian":
+        if mechanism != "poisson-gaussian":
             raise ValueError("--sampling fixed is a subsampled Gaussian: leave --mechanism at poisson-gaussian.")
         return _fixed_batch(args.sigma, args, args.group_size)
-    if args.mechanism == "laplace":
+    if mechanism == "laplace":
         if args.q != 1.0 or args.group_size:
             raise ValueError("--mechanism laplace takes no --q or --group-size.")
         return jaxdp.Laplace(args.sigma, adjacency=args.adjacency)
-    if args.mechanism == "gaussian" and args.q != 1.0:
+    if mechanism == "gaussian" and args.q != 1.0:
         raise ValueError("--mechanism gaussian means no subsampling; use --q 1 or --mechanism poisson-gaussian.")
     validate.probability("--q", args.q)
-    if args.group_size is not None:
-        if args.group_size < 1:
-            raise ValueError(f"--group-size must be an integer >= 1, got {args.group_size}.")
-        if args.group_size > 1 or args.q < 1.0:
-            return jaxdp.MixtureOfGaussians.poisson_group(args.sigma, args.q, args.group_size, adjacency=args.adjacency)
+    if args.group_size is not None and (args.group_size > 1 or args.q < 1.0):
+        return jaxdp.MixtureOfGaussians.poisson_group(args.sigma, args.q, args.group_size, adjacency=args.adjacency)
     if args.q == 1.0:
         return jaxdp.Gaussian(args.sigma, adjacency=args.adjacency)
     return jaxdp.PoissonSubsampledGaussian(args.sigma, args.q, adjacency=args.adjacency)

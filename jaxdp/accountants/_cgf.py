@@ -109,6 +109,18 @@ def log_deltas(k0, k1, k2, t, epsilon):
     return log_d2, log_d1
 
 
+def eps_on_curve(comp, direction, t):
+    """``eps(t) = K'(t) - 1/t - 1/(1 + t)``: the epsilon whose saddle point is ``t``."""
+    _, k1 = k01(comp, direction, t)
+    return k1 - 1.0 / t - 1.0 / (1.0 + t)
+
+
+def log_delta2_on_curve(comp, direction, t):
+    """``log delta_2`` at the point ``(t, eps(t))`` of the saddle-point curve."""
+    k0, k1, k2 = k012(comp, direction, t)
+    return log_deltas(k0, k1, k2, t, k1 - 1.0 / t - 1.0 / (1.0 + t))[0]
+
+
 class MixtureNodes(NamedTuple):
     ell: jax.Array  # privacy loss at the nodes, centred at its tilted mean
     mean: jax.Array  # the tilted mean

@@ -11,7 +11,6 @@ at the target delta, read off the example-level curve ``delta_1(eps_1)`` of the 
 
 from __future__ import annotations
 
-import fractions
 import math
 from typing import NamedTuple
 
@@ -60,34 +59,25 @@ def group_weights(max_group_size, *, sampling="poisson", sampling_prob=None, dat
       >>> c.tolist(), p.tolist()
       ([0.0, 1.0, 2.0], [[0.5, 0.5, 0.0], [0.25, 0.5, 0.25]])
     """
-    big_g = _integer("max_group_size", max_group_size)
+    big_g = _validate.integer("max_group_size", max_group_size)
     if sampling == "poisson":
-        _validate.probability("sampling_prob", sampling_prob)
-        q = float(sampling_prob)
-        probs = np.zeros((big_g, big_g + 1))
-        for g in range(1, big_g + 1):
-            row = np.array([math.comb(g, j) * q**j * (1.0 - q) ** (g - j) for j in range(g + 1)])
-            probs[g - 1, : g + 1] = row / row.sum()
-        return np.arange(big_g + 1, dtype=np.float64), probs
-    if sampling != "fixed":
+        rows = [MixtureOfGaussians.poisson_group(1.0, sampling_prob, g).probs for g in range(1, big_g + 1)]
+        scale = 1.0
+    elif sampling == "fixed":
+        rows = [
+            MixtureOfGaussians.fixed_batch_group(
+                1.0, dataset_size=dataset_size, batch_size=batch_size, group_size=g
+            ).probs
+            for g in range(1, big_g + 1)
+        ]
+        scale = 2.0
+    else:
         raise ValueError(f"sampling must be 'poisson' or 'fixed', got {sampling!r}.")
-    n = _integer("dataset_size", dataset_size)
-    b = _integer("batch_size", batch_size)
-    if b > n:
-        raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
-    width = min(big_g, b) + 1
+    width = len(rows[-1])  # G + 1, or min(G, B) + 1 for a fixed batch
     probs = np.zeros((big_g, width))
-    for g in range(1, big_g + 1):
-        total = math.comb(n + g, b)
-        row = [float(fractions.Fraction(math.comb(g, j) * math.comb(n, b - j), total)) for j in range(min(g, b) + 1)]
-        probs[g - 1, : len(row)] = np.asarray(row) / sum(row)
-    return 2.0 * np.arange(width, dtype=np.float64), probs
-
-
-def _integer(name, value):
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
-    return int(value)
+    for g, row in enumerate(rows):
+        probs[g, : len(row)] = row
+    return scale * np.arange(width, dtype=np.float64), probs
 
 
 @float64_entry

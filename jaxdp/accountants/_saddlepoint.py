@@ -22,8 +22,10 @@ import jax.numpy as jnp
 
 from jaxdp.accountants import _split_saddle
 from jaxdp.accountants._cgf import (
+    eps_on_curve,
     guess_log_t_for_delta,
     k012,
+    log_delta2_on_curve,
     log_deltas,
     log_t_bracket,
     saddle_point,
@@ -155,12 +157,6 @@ def log_delta_saddlepoint_upper(comp, direction, epsilon):
     return saddlepoint_terms(comp, direction, epsilon).log_delta_upper
 
 
-def _eps_along_curve(comp, direction, t):
-    k0, k1, k2 = k012(comp, direction, t)
-    eps = k1 - 1.0 / t - 1.0 / (1.0 + t)
-    return eps, k0, k1, k2
-
-
 def _solve_epsilon(comp, direction, log_delta, certified: bool):
     def g(u):  # decreasing in u = log t
         t = jnp.exp(u)
@@ -169,17 +165,14 @@ def _solve_epsilon(comp, direction, log_delta, certified: bool):
             # unverified (extreme tilts: the quadrature does not resolve the tilted law) reads as "past
             # the root" so the search moves back to moderate tilts; the answer is re-checked anyway
             return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta)
-        eps, k0, k1, k2 = _eps_along_curve(comp, direction, t)
-        log_d2, _ = log_deltas(k0, k1, k2, t, eps)
-        return log_d2 - log_delta
+        return log_delta2_on_curve(comp, direction, t) - log_delta
 
     u0 = guess_log_t_for_delta(comp, log_delta)
     lo, hi = log_t_bracket(u0)
     u = solve_decreasing(g, lo, hi, x0=u0, max_jump=2.0)
     t = jnp.exp(u)
     if not certified:
-        eps, *_ = _eps_along_curve(comp, direction, t)
-        return jnp.maximum(eps, 0.0)
+        return jnp.maximum(eps_on_curve(comp, direction, t), 0.0)
     eps, _ = _certified_upper(comp, direction, t)
     return _verified_epsilon(comp, direction, log_delta, jnp.maximum(eps, 0.0), jax.lax.stop_gradient(t))
 

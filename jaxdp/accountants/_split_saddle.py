@@ -37,7 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.accountants._cgf import guess_log_t_for_delta, k01, k012, log_deltas, log_t_bracket, saddle_point
+from jaxdp.accountants._cgf import (
+    eps_on_curve,
+    guess_log_t_for_delta,
+    log_delta2_on_curve,
+    log_t_bracket,
+    saddle_point,
+)
 from jaxdp.mechanisms import MixtureMechanism, by_direction, is_add, mixture_rule, scan_parts
 from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
 
@@ -369,13 +375,9 @@ def epsilon_estimate(comp, direction, log_delta):
     """epsilon with estimated ``delta(eps) = delta``: along the saddle-point curve ``eps(t) = K'(t) - 1/t -
     1/(1+t)``, where ``t`` is the saddle point of ``eps(t)``, so no inner solve is needed."""
 
-    def eps_at(t):
-        _, k1 = k01(comp, direction, t)
-        return k1 - 1.0 / t - 1.0 / (1.0 + t)
-
     def g(u):  # decreasing in u = log t
         t = jnp.exp(u)
-        eps = eps_at(t)
+        eps = eps_on_curve(comp, direction, t)
         # far past the root delta can underflow to 0: a finite stand-in keeps the bracketing going
         return jnp.maximum(_log_delta_at(comp, direction, t, eps)[1][0], -1e8) - log_delta
 
@@ -384,10 +386,7 @@ def epsilon_estimate(comp, direction, log_delta):
     comp_c, log_delta_c = jax.lax.stop_gradient((comp, log_delta))
 
     def g_plain(u):
-        t = jnp.exp(u)
-        k0, k1, k2 = k012(comp_c, direction, t)
-        log_d2, _ = log_deltas(k0, k1, k2, t, k1 - 1.0 / t - 1.0 / (1.0 + t))
-        return log_d2 - log_delta_c
+        return log_delta2_on_curve(comp_c, direction, jnp.exp(u)) - log_delta_c
 
     u0 = guess_log_t_for_delta(comp_c, log_delta_c)
     lo, hi = log_t_bracket(u0)
@@ -395,4 +394,4 @@ def epsilon_estimate(comp, direction, log_delta):
     u2 = jnp.where(jnp.isfinite(u2), u2, u0)
     slope = jax.jvp(g_plain, (u2,), (jnp.ones_like(u2),))[1]
     u = solve_decreasing(g, lo, hi, x0=u2, max_jump=2.0, slope0=slope)
-    return jnp.maximum(eps_at(jnp.exp(u)), 0.0)
+    return jnp.maximum(eps_on_curve(comp, direction, jnp.exp(u)), 0.0)

@@ -139,13 +139,6 @@ def _check_mixture(sensitivities, probs):
         raise ValueError(f"probs must be >= 0 and sum to 1, got {np.array2string(p)}.")
 
 
-def _count(name, value, minimum):
-    """A Python or NumPy integer ``>= minimum`` (``True`` and ``2.0`` are refused: a count is an integer)."""
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-    return int(value)
-
-
 def _as_leaf(x):
     if isinstance(x, (list, tuple)):
         return np.asarray(x, dtype=np.float64)
@@ -213,9 +206,9 @@ class MixtureOfGaussians(MixtureMechanism):
           >>> m.sensitivities.tolist(), [round(p, 6) for p in m.probs.tolist()]
           ([0.0, 2.0], [0.99, 0.01])
         """
-        n = _count("dataset_size", dataset_size, 1)
-        b = _count("batch_size", batch_size, 1)
-        g = _count("group_size", group_size, 1)
+        n = _validate.integer("dataset_size", dataset_size)
+        b = _validate.integer("batch_size", batch_size)
+        g = _validate.integer("group_size", group_size)
         if b > n:
             raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
         total = math.comb(n + g, b)

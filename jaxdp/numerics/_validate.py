@@ -108,3 +108,11 @@ def num_steps(name, value):
         raise ValueError(f"{name} must be an integer >= 1, got {_fmt(value)}.")
     if not np.all(arr >= 1):
         raise ValueError(f"{name} must be an integer >= 1, got {_fmt(value)}.")
+
+
+def integer(name, value, minimum: int = 1) -> int:
+    """Requires a Python or NumPy integer ``>= minimum`` (a count: ``True`` and ``2.0`` are refused); returns it
+    as an ``int``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+    return int(value)

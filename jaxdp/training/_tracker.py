@@ -113,14 +113,12 @@ class PrivacyTracker:
             raise ValueError(f"sampling must be 'poisson' or 'fixed', got {sampling!r}.")
         if sampling_prob is not None:
             raise ValueError("sampling='fixed' takes dataset_size and batch_size, not sampling_prob.")
-        n, b = dataset_size, batch_size
-        for name, v in (("dataset_size", n), ("batch_size", b)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-                raise ValueError(f"sampling='fixed' needs {name}, an integer >= 1, got {v!r}.")
+        n = _validate.integer("dataset_size", dataset_size)
+        b = _validate.integer("batch_size", batch_size)
         if b > n:
             raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
         _validate.positive("noise_multiplier", noise_multiplier)
-        return 0.5 * float(noise_multiplier), int(b) / (int(n) + 1)
+        return 0.5 * float(noise_multiplier), b / (n + 1)
 
     @property
     def num_steps(self) -> int:
