@@ -283,3 +283,33 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
         m = jaxdp.MixtureOfGaussians.fixed_batch_group(sigma, dataset_size=1000, batch_size=b)
         eps = float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=300, method="saddlepoint"))
         assert eps == pytest.approx(4.0, rel=1e-4)
+
+
+def test_mixtures_under_a_users_jit_grad_and_vmap_with_x64_off():
+    """The suite runs with JAX's default x64 off: the mixture's probabilities reach jaxdp rounded to float32
+    (they used to fail the validity check's 1e-9 and give NaN); the values match the float64 run."""
+    import jax
+    import jax.numpy as jnp
+
+    from tests._helpers import x64
+
+    assert not jax.config.jax_enable_x64
+
+    def eps(s, make):
+        return jaxdp.epsilon_for_delta(make(s), delta=DELTA, num_steps=STEPS, method="saddlepoint")
+
+    for make in (
+        lambda s: jaxdp.MixtureOfGaussians.fixed_batch_group(s, dataset_size=N, batch_size=B, group_size=3),
+        lambda s: jaxdp.MixtureOfGaussians.poisson_group(s, 0.01, 4),
+    ):
+        got = float(jax.jit(lambda s, make=make: eps(s, make))(2.0))
+        grad = float(jax.grad(lambda s, make=make: eps(s, make))(2.0))
+        vm = np.asarray(jax.vmap(lambda s, make=make: eps(s, make))(jnp.array([2.0, 3.0])))
+        with x64():
+            ref = float(eps(2.0, make))
+            ref3 = float(eps(3.0, make))
+            h = 1e-5
+            fd = (float(eps(2.0 + h, make)) - float(eps(2.0 - h, make))) / (2 * h)
+        assert got == pytest.approx(ref, rel=1e-6)
+        assert grad == pytest.approx(fd, rel=1e-4)
+        np.testing.assert_allclose(vm, [ref, ref3], rtol=1e-6)

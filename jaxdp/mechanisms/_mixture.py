@@ -230,7 +230,10 @@ class MixtureOfGaussians(MixtureMechanism):
         p = _f64(self.probs)
         ok = jnp.isfinite(s) & (s > 0)
         ok &= jnp.all(jnp.isfinite(c) & (c >= 0)) & jnp.all(jnp.isfinite(p) & (p >= 0))
-        return ok & (jnp.abs(jnp.sum(p) - 1.0) < 1e-9)
+        # traced probabilities may have passed through float32 (a user's x64-off trace rounds the mixture's
+        # constants, as it rounds any q): they sum to one only to float32 rounding, and mixture() renormalises
+        # them (concrete ones are checked to 1e-9 when the mechanism is built)
+        return ok & (jnp.abs(jnp.sum(p) - 1.0) < 1e-9 + p.size * 2.0**-23)
 
 
 @pytree_dataclass(data=("noise_multiplier", "sampling_prob"), static=("adjacency",))
