@@ -77,6 +77,10 @@ SLOW_TESTS = {
     "tests/test_cli.py::test_human_report",  # 13 s
     "tests/test_soundness.py::test_tilted_variance_without_cancellation",  # 12 s
     "tests/test_certified.py::test_unconverged_cell_edges_make_the_step_vacuous",  # 12 s
+    "tests/test_calibrate.py::test_sampling_prob_gradients_match_finite_differences",  # 51 s
+    "tests/test_calibrate.py::test_arrays_equal_the_loop_and_keep_shape",  # 27 s
+    "tests/test_calibrate.py::test_mechanism_families[_schedule-2]",  # 21 s
+    "tests/test_calibrate.py::test_num_steps_is_the_largest_count_the_certified_check_passes",  # 14 s
 }
 
 
