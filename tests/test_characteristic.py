@@ -24,6 +24,21 @@ class TestCharacteristicConformance(AccountantConformance):
     grad_rtol = 1e-5
     # the contour moves with the first root; its quadrature error (~1e-11) shows up between compilations
     jit_rtol = 1e-9
+    # each compiles a new characteristic program (23-63 s cold on 2 cores): run with -m slow; d delta / d sigma,
+    # the user's jit and add_or_remove stay in the default run
+    slow_checks = frozenset(
+        {
+            "test_gradients_finite_on_a_grid",
+            "test_jit_equals_eager",
+            "test_grad_epsilon_wrt_sigma",
+            "test_grad_epsilon_wrt_q",
+            "test_vmap_over_steps_and_delta",
+            "test_vmap_equals_loop",
+            "test_monotone_in_sigma_q_and_steps",
+            "test_heterogeneous_composition",
+            "test_traced_invalid_input_gives_nan",
+        }
+    )
 
 
 DELTA_ROWS = [r for r in ref.ROWS if r["query"] == "delta"]

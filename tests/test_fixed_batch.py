@@ -291,7 +291,7 @@ def test_mixtures_under_a_users_jit_grad_and_vmap_with_x64_off():
     import jax
     import jax.numpy as jnp
 
-    from tests._helpers import x64
+    from tests._helpers import central_difference, x64
 
     assert not jax.config.jax_enable_x64
 
@@ -308,8 +308,7 @@ def test_mixtures_under_a_users_jit_grad_and_vmap_with_x64_off():
         with x64():
             ref = float(eps(2.0, make))
             ref3 = float(eps(3.0, make))
-            h = 1e-5
-            fd = (float(eps(2.0 + h, make)) - float(eps(2.0 - h, make))) / (2 * h)
+            fd = central_difference(lambda s, make=make: eps(s, make), 2.0)
         assert got == pytest.approx(ref, rel=1e-6)
         assert grad == pytest.approx(fd, rel=1e-4)
         np.testing.assert_allclose(vm, [ref, ref3], rtol=1e-6)

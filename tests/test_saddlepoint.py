@@ -24,6 +24,8 @@ class TestSaddlepointConformance(AccountantConformance):
 
 class TestSaddlepointCertifiedConformance(AccountantConformance):
     method = "saddlepoint-certified"
+    # its own compile of the jitted query (22 s on 2 cores): run with -m slow; test_user_jit_equals_call stays
+    slow_checks = frozenset({"test_jit_equals_eager"})
 
 
 # -- closed-form Gaussian: the saddle point is exact there ---------------------------------
