@@ -44,8 +44,16 @@ from jaxdp.accountants._cgf import (
     log_t_bracket,
     saddle_point,
 )
-from jaxdp.mechanisms import MixtureMechanism, by_direction, is_add, mixture_rule, scan_parts
-from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
+from jaxdp.mechanisms import (
+    MixtureMechanism,
+    by_direction,
+    is_add,
+    is_stacked,
+    mixture_rule,
+    rule_log_moment,
+    scan_parts,
+)
+from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
 SPLIT_WIDTH = 0.02
@@ -112,8 +120,17 @@ def split_point(p0, eps):
     return jnp.minimum(math.log(2.0) + jnp.log(jnp.where(p0 > 0, p0, 1.0)), 0.5 * jnp.maximum(eps, 0.0))
 
 
-def _step_nodes(mech, direction, t, eps):
-    """``(has_jumps, losses, log tilted weights, log sigmoid jump, log sigmoid bulk)`` of one step."""
+class _TiltedNodes(NamedTuple):
+    """One step's quadrature nodes under the tilt ``e^{t L}`` (no split yet)."""
+
+    has_jumps: jax.Array  # a zero-sensitivity component under "remove"
+    p0: jax.Array  # its probability
+    ell: jax.Array  # the privacy loss at the nodes
+    log_w: jax.Array  # normalised log tilted weights
+    log_m: jax.Array  # log E[e^{t L}] of the step, K(t) / T
+
+
+def _tilted_nodes(mech, direction, t) -> _TiltedNodes:
     log_p, c, sigma = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
     rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=SPLIT_NODES)
@@ -124,15 +141,35 @@ def _step_nodes(mech, direction, t, eps):
     # jumps exist under "remove" with a zero-sensitivity component (else every step is bulk); the stand-ins
     # below keep every branch finite (a NaN in an unused branch would still reach the gradient)
     has_jumps = by_direction(direction, p0 > 0, jnp.asarray(False))
+    return _TiltedNodes(has_jumps, p0, ell, log_w, rule_log_moment(lam, rule))
+
+
+def _split_logs(nodes: _TiltedNodes, eps):
+    """``(log sigmoid jump, log sigmoid bulk)`` at the nodes: the split at :func:`split_point`."""
     # the sigmoid is sharp: SPLIT_NODES nodes per window resolve it (and its derivative: with the default 48
     # the gradient was 2.6e-2 off finite differences, with 256 within 2.3e-6)
-    split = split_point(p0, eps)
+    split = split_point(nodes.p0, eps)
     # narrower below a capped split point, so that the bulk (losses near 0) stays out of the jumps
     width = jnp.where(split > 0, jnp.clip(split / 32.0, 1e-6, SPLIT_WIDTH), SPLIT_WIDTH)
-    x = (ell - split) / width
-    log_s = jnp.where(has_jumps, jax.nn.log_sigmoid(x), -1e4)
-    log_b = jnp.where(has_jumps, jax.nn.log_sigmoid(-x), 0.0)
-    return has_jumps, ell, log_w, log_s, log_b
+    x = (nodes.ell - split) / width
+    log_s = jnp.where(nodes.has_jumps, jax.nn.log_sigmoid(x), -1e4)
+    log_b = jnp.where(nodes.has_jumps, jax.nn.log_sigmoid(-x), 0.0)
+    return log_s, log_b
+
+
+def _step_nodes(mech, direction, t, eps):
+    """``(has_jumps, losses, log tilted weights, log sigmoid jump, log sigmoid bulk)`` of one step."""
+    nodes = _tilted_nodes(mech, direction, t)
+    log_s, log_b = _split_logs(nodes, eps)
+    return nodes.has_jumps, nodes.ell, nodes.log_w, log_s, log_b
+
+
+def _split_cumulants(has_jumps, ell, log_w, log_s, log_b):
+    """``(p_J, bulk k1..k4, jump k1..k4)`` from one step's split nodes."""
+    log_pj, jump = _node_cumulants(log_w + log_s, ell)
+    _, bulk = _node_cumulants(log_w + log_b, ell)
+    pj = jnp.where(has_jumps, jnp.exp(jnp.minimum(log_pj, 0.0)), 0.0)
+    return pj, bulk, jnp.where(pj > 0, jump, bulk)
 
 
 def step_split(mech, direction, t, eps):
@@ -140,12 +177,7 @@ def step_split(mech, direction, t, eps):
     if not isinstance(mech, MixtureMechanism):
         k = _jvp_cumulants(mech, direction, t)
         return jnp.zeros(()), k, k
-    has_jumps, ell, log_w, log_s, log_b = _step_nodes(mech, direction, t, eps)
-    log_pj, jump = _node_cumulants(log_w + log_s, ell)
-    _, bulk = _node_cumulants(log_w + log_b, ell)
-    pj = jnp.where(has_jumps, jnp.exp(jnp.minimum(log_pj, 0.0)), 0.0)
-    jump = jnp.where(pj > 0, jump, bulk)
-    return pj, bulk, jump
+    return _split_cumulants(*_step_nodes(mech, direction, t, eps))
 
 
 def split_shape(comp, direction, t, eps) -> SplitShape:
@@ -165,6 +197,30 @@ def split_shape(comp, direction, t, eps) -> SplitShape:
     safe = jnp.where(lam > 0, lam, 1.0)
     swap = jnp.where(lam > 0, (jp - bp) / safe, 0.0)
     return SplitShape(comp.cgf(t, direction), steps, lam, a, swap)
+
+
+def _one_jump_part(step_nodes, shape, ts, es, n, use):
+    """One part's contribution to :func:`_one_jump_terms` (first and second order, ``_LOG_ZERO`` unless
+    ``use``), from its split nodes at tilt ``ts`` and epsilon ``es``."""
+    has_jumps, ell, log_w, log_s, log_b = step_nodes
+    log_wj = jnp.where(has_jumps, log_w + log_s, log_w)
+    # the other steps' bulk: a Gaussian floor (1e-5 in loss) keeps the closed form finite for T = 1
+    _, b = _node_cumulants(log_w + log_b, ell)
+    rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
+    rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
+    k0 = jnp.where(use, shape.k0, 0.0)
+    # the Edgeworth terms on the JUMP_TOP nodes that carry most of the sum (ranked by the Gaussian part,
+    # cheap); the Gaussian part alone on the others (each under ~1e-3 of the sum there)
+    gauss = log_wj + _log_gauss_term(k0, rest, ts, es - ell) - ts * ell
+    top = jax.lax.top_k(jax.lax.stop_gradient(gauss), JUMP_TOP)[1]
+    first, second = _log_terms(k0, jnp.broadcast_to(rest, (JUMP_TOP, 4)), ts, es - ell[top])
+    others = jax.nn.logsumexp(gauss.at[top].set(_LOG_ZERO))
+    log_n = jnp.log(jnp.where(n > 0, n, 1.0))
+    out = []
+    for v in (first, second):
+        val = jnp.logaddexp(jax.nn.logsumexp(log_wj[top] + v - ts * ell[top]), others) + log_n
+        out.append(jnp.where(use & jnp.isfinite(val), val, _LOG_ZERO))
+    return tuple(out)
 
 
 def _one_jump_terms(comp, direction, shape, t, eps):
@@ -191,25 +247,8 @@ def _one_jump_terms(comp, direction, shape, t, eps):
         # without jumps (a traced "add", or no zero-sensitivity part) the term is evaluated at harmless
         # stand-ins and dropped: the real tilt there can sit at the bracket's edge, with NaN derivatives
         ts, es = jnp.where(use, t, 1.0), jnp.where(use, eps, 1.0)
-        has_jumps, ell, log_w, log_s, log_b = _step_nodes(m, direction, ts, es)
-        log_wj = jnp.where(has_jumps, log_w + log_s, log_w)
-        # the other steps' bulk: a Gaussian floor (1e-5 in loss) keeps the closed form finite for T = 1
-        _, b = _node_cumulants(log_w + log_b, ell)
-        rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
-        rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
-        k0 = jnp.where(use, shape.k0, 0.0)
-        # the Edgeworth terms on the JUMP_TOP nodes that carry most of the sum (ranked by the Gaussian part,
-        # cheap); the Gaussian part alone on the others (each under ~1e-3 of the sum there)
-        gauss = log_wj + _log_gauss_term(k0, rest, ts, es - ell) - ts * ell
-        top = jax.lax.top_k(jax.lax.stop_gradient(gauss), JUMP_TOP)[1]
-        first, second = _log_terms(k0, jnp.broadcast_to(rest, (JUMP_TOP, 4)), ts, es - ell[top])
-        others = jax.nn.logsumexp(gauss.at[top].set(_LOG_ZERO))
-        log_n = jnp.log(jnp.where(n > 0, n, 1.0))
-        out = []
-        for a_, v in zip(acc, (first, second)):
-            val = jnp.logaddexp(jax.nn.logsumexp(log_wj[top] + v - ts * ell[top]), others) + log_n
-            out.append(jnp.logaddexp(a_, jnp.where(use & jnp.isfinite(val), val, _LOG_ZERO)))
-        return tuple(out)
+        vals = _one_jump_part(_step_nodes(m, direction, ts, es), shape, ts, es, n, use)
+        return tuple(jnp.logaddexp(a_, v) for a_, v in zip(acc, vals))
 
     first, second = scan_parts(comp, body, (neg, neg))
     log_lam = jnp.log(jnp.where(shape.jumps > 0, shape.jumps, 1.0))
@@ -329,6 +368,105 @@ def _log_delta_at(comp, direction, t, eps):
     return shape, log_delta_split(shape, t, eps, _one_jump_terms(comp, direction, shape, t, eps))
 
 
+def _single_part(comp):
+    """``(mechanism, count)`` of a composition of one mixture part that is not a stack, else ``None``."""
+    if len(comp.mechanisms) == 1 and isinstance(comp.mechanisms[0], MixtureMechanism):
+        if not is_stacked(comp.counts[0]):
+            return comp.mechanisms[0], jnp.asarray(comp.counts[0], jnp.float64)
+    return None
+
+
+def _fused_at(mech, n, direction, t, eps=None):
+    """``(eps, shape, (first, second))`` of ``n`` steps of one mixture at tilt ``t`` from ONE node set: the
+    composed ``K(t)``, ``K'(t)`` (for ``eps = None``, the point ``eps(t) = K'(t) - 1/t - 1/(1+t)`` of the
+    saddle-point curve), the split cumulants and the one-jump term (:func:`_log_delta_at` builds the
+    node set three times: the split, the one-jump term, and ``K``)."""
+    t = jnp.asarray(t, jnp.float64)
+    nd = _tilted_nodes(mech, direction, t)
+    if eps is None:
+        eps = n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
+    step = (nd.has_jumps, nd.ell, nd.log_w, *_split_logs(nd, eps))
+    pj, bulk, jump = _split_cumulants(*step)
+    lam = n * pj
+    shape = SplitShape(n * nd.log_m, n, lam, n * bulk, jnp.where(lam > 0, jump - bulk, 0.0))
+    use = nd.has_jumps & (n > 0)
+    one = _one_jump_part(step, shape, t, eps, n, use)
+    log_lam = jnp.log(jnp.where(lam > 0, lam, 1.0))
+    one = (one[0] - log_lam, one[1] - log_lam)
+    return eps, shape, log_delta_split(shape, t, eps, one)
+
+
+def _curve_slope(t, k2):
+    """``d eps / d log t`` along the saddle-point curve ``eps(t) = K'(t) - 1/t - 1/(1+t)``."""
+    return t * (k2 + 1.0 / (t * t) + 1.0 / ((1.0 + t) * (1.0 + t)))
+
+
+def _split_point_on_curve(comp, direction, t):
+    """``(eps(t), d eps / d log t, (first, second))``: the split estimate at the point of the saddle-point
+    curve with tilt ``t``."""
+    single = _single_part(comp)
+    if single is not None:
+        eps, shape, terms = _fused_at(*single, direction, t)
+        k2 = shape.bulk[1] + shape.jumps * shape.swap[1]  # (not the composed K'': only a step size depends on it)
+        k2 = k2 + shape.jumps * (1.0 - shape.jumps / shape.steps) * shape.swap[0] ** 2
+        return eps, _curve_slope(t, k2), terms
+    eps, deps = jax.jvp(lambda u: eps_on_curve(comp, direction, jnp.exp(u)), (jnp.log(t),), (jnp.ones_like(t),))
+    return eps, deps, _log_delta_at(comp, direction, t, eps)[1]
+
+
+#: nodes per window of the rule of the cumulants where no step can jump (no sigmoid to resolve)
+NOJUMP_NODES = 64
+
+
+def _nojump_cumulants(comp, direction, t):
+    """``(K(t), k1..k4)`` of the composed tilted loss where no step can jump (no split)."""
+    t = jnp.asarray(t, jnp.float64)
+
+    def body(acc, m, n):
+        k0, kap = acc
+        if isinstance(m, MixtureMechanism):
+            log_p, c, sigma = m.mixture()
+            lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
+            rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=NOJUMP_NODES)
+            k0m = rule_log_moment(lam, rule)
+            _, km = _node_cumulants(lam * rule.log_r + rule.log_w, sign * rule.log_r)
+        else:
+            k0m, km = m.cgf(t, direction), _jvp_cumulants(m, direction, t)
+        return k0 + n * k0m, kap + n * km
+
+    return scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(4)))
+
+
+def _nojump_terms(k0, kappa, t, eps):
+    first, second = _log_terms(k0, kappa, t, eps)
+    return jnp.minimum(first, 0.0), jnp.minimum(second, 0.0)
+
+
+def _nojump_point_on_curve(comp, direction, t):
+    k0, kappa = _nojump_cumulants(comp, direction, t)
+    eps = kappa[0] - 1.0 / t - 1.0 / (1.0 + t)
+    return eps, _curve_slope(t, kappa[1]), _nojump_terms(k0, kappa, t, eps)
+
+
+def _by_jumps(comp, direction, split_fn, nojump_fn, *args):
+    """``split_fn(comp, "remove", *args)`` where steps can jump, ``nojump_fn(comp, direction, *args)`` where
+    none can (the add direction; no mixture part): the add direction of a traced flag is a ``lax.cond``
+    branch of its own (the flag is the entry points' scan over the two directions: unbatched under a user's
+    ``vmap``, so only one branch runs), not the split evaluated with its jump terms masked."""
+    if not any(isinstance(m, MixtureMechanism) for m in comp.mechanisms):
+        return nojump_fn(comp, direction, *args)
+    flag = is_add(direction)
+    if isinstance(flag, bool):
+        return nojump_fn(comp, "add", *args) if flag else split_fn(comp, "remove", *args)
+    return jax.lax.cond(
+        flag,
+        lambda c, *a: nojump_fn(c, "add", *a),
+        lambda c, *a: split_fn(c, "remove", *a),
+        comp,
+        *args,
+    )
+
+
 class SplitTerms(NamedTuple):
     """The saddle-point estimate at one epsilon, one direction (float64; deltas in log space).
 
@@ -348,12 +486,26 @@ class SplitTerms(NamedTuple):
     error_indicator: jax.Array
 
 
+def _split_terms_at(comp, direction, t, eps):
+    """``(expected jumps, (first, second))`` at tilt ``t`` and ``eps``."""
+    single = _single_part(comp)
+    if single is not None:
+        _, shape, terms = _fused_at(*single, direction, t, eps)
+    else:
+        shape, terms = _log_delta_at(comp, direction, t, eps)
+    return shape.jumps, terms
+
+
+def _nojump_terms_at(comp, direction, t, eps):
+    return jnp.zeros(()), _nojump_terms(*_nojump_cumulants(comp, direction, t), t, eps)
+
+
 def split_terms(comp, direction, epsilon, log_delta_plain) -> SplitTerms:
     t = saddle_point(comp, direction, epsilon)
-    shape, (first, second) = _log_delta_at(comp, direction, t, epsilon)
+    jumps, (first, second) = _by_jumps(comp, direction, _split_terms_at, _nojump_terms_at, t, epsilon)
     ind = jnp.abs(second - first) / jnp.maximum(t * jnp.abs(epsilon), 1e-300)
     ind = jnp.where(jnp.isnan(ind), jnp.inf, ind)
-    return SplitTerms(t, first, log_delta_plain(comp, direction, epsilon), shape.jumps, ind)
+    return SplitTerms(t, first, log_delta_plain(comp, direction, epsilon), jumps, ind)
 
 
 def log_delta_estimate(comp, direction, epsilon):
@@ -367,22 +519,78 @@ def log_delta_estimate(comp, direction, epsilon):
     l_max = jax.lax.stop_gradient(comp.max_privacy_loss(direction))
     eps = jnp.where(beyond, 0.5 * jnp.where(jnp.isfinite(l_max), l_max, 1.0), epsilon)
     t = saddle_point(comp, direction, eps)
-    out = _log_delta_at(comp, direction, t, eps)[1][0]
+    out = _by_jumps(comp, direction, _split_terms_at, _nojump_terms_at, t, eps)[1][0]
     return jnp.where(beyond, -jnp.inf, out)
 
 
-def epsilon_estimate(comp, direction, log_delta):
-    """epsilon with estimated ``delta(eps) = delta``: along the saddle-point curve ``eps(t) = K'(t) - 1/t -
-    1/(1+t)``, where ``t`` is the saddle point of ``eps(t)``, so no inner solve is needed."""
+#: relative tolerance (in log t) of the delta_2 solve that starts the estimate's iteration
+START_XTOL = 1e-6
+#: the iteration along the curve stops where the estimated log delta is this close to the target
+LOG_DELTA_TOL = 1e-9
+CURVE_MAX_ITERATIONS = 40
+#: ... or where its step in u = log t is this small (relative)
+CURVE_XTOL = 1e-9
+
+
+def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
+    """The ``u = log t`` on the saddle-point curve where ``point``'s ``log delta(eps(t))`` is ``log_delta``.
+
+    At small sampling rates ``eps(t)`` is very steep in ``t`` (the rare jumps make ``K''`` large) and
+    ``log delta(eps(t))`` bends sharply there, so a secant in ``u`` needs many steps.  In ``eps`` the same
+    function is smooth, of slope about ``-t``: each step is a secant in ``eps`` (the first with slope
+    ``-t``), mapped back to ``u`` with the curve's slope ``d eps / d u`` at the last point (only a step:
+    every point evaluated is on the curve).  A step that leaves the established bracket is a bisection.
+    Returns ``(u, iterations)``.
+    """
+
+    def evaluate(u):
+        eps, deps, terms = point(jnp.exp(u))
+        return eps, deps, jnp.maximum(terms[0], -1e8) - log_delta
+
+    def cond(state):
+        return (state[0] < CURVE_MAX_ITERATIONS) & ~state[-1]
+
+    def body(state):
+        i, a, b, u, e_prev, g_prev, dx_old, _ = state
+        eps, deps, g = evaluate(u)
+        bad = ~jnp.isfinite(g) | ~jnp.isfinite(eps)
+        a = jnp.where(g > 0, u, a)
+        b = jnp.where((g > 0) | bad, b, u)
+        t = jnp.exp(u)
+        secant = (g - g_prev) / (eps - e_prev)
+        slope = jnp.where(jnp.isfinite(secant) & (secant < 0) & (i > 0), secant, -t)
+        step = g / slope / deps
+        u_new = u - step
+        # rtsafe's safeguard: bisect where the step leaves the bracket or fails to halve the step before last
+        # (the curve's slope can change by orders of magnitude within a bracket)
+        ok = jnp.isfinite(u_new) & (u_new > a) & (u_new < b) & (2.0 * jnp.abs(step) <= dx_old)
+        mid = jnp.clip(0.5 * (a + b), u - max_jump, u + max_jump)
+        u_new = jnp.where(ok, u_new, mid)
+        # done where delta is on target, or the step is at the resolution of u (delta's rounding floor)
+        small = jnp.abs(u_new - u) <= CURVE_XTOL * (1.0 + jnp.abs(u))
+        # (eps <= 0 with delta on or below target: the answer is eps = 0, as the caller clips it)
+        at_zero = (eps <= 0.0) & (g <= 0.0)
+        done = (jnp.abs(g) <= LOG_DELTA_TOL) | (b - a <= CURVE_XTOL * (1.0 + jnp.abs(u))) | at_zero | bad
+        u_new = jnp.where(done, jnp.where(bad, jnp.nan, u), u_new)
+        return i + 1, a, b, u_new, eps, g, jnp.abs(u_new - u), done | small
+
+    u0 = jnp.clip(u0, lo, hi)
+    zero = jnp.zeros_like(u0)
+    init = (jnp.array(0), lo, hi, u0, zero, zero, 2.0 * (hi - lo), jnp.array(False))
+    state = jax.lax.while_loop(cond, body, init)
+    return state[3], state[0]
+
+
+def _epsilon_on_curve(comp, direction, log_delta, point):
+    """epsilon with ``point``'s ``delta(eps) = delta`` along the saddle-point curve ``eps(t) = K'(t) - 1/t -
+    1/(1+t)`` (``t`` is the saddle point of ``eps(t)``, so no inner solve is needed); the derivative by the
+    implicit function theorem (``jax.lax.custom_root``)."""
 
     def g(u):  # decreasing in u = log t
-        t = jnp.exp(u)
-        eps = eps_on_curve(comp, direction, t)
         # far past the root delta can underflow to 0: a finite stand-in keeps the bracketing going
-        return jnp.maximum(_log_delta_at(comp, direction, t, eps)[1][0], -1e8) - log_delta
+        return jnp.maximum(point(comp, direction, jnp.exp(u))[2][0], -1e8) - log_delta
 
-    # the same with delta_2 (cheap; nothing differentiated flows through it): its root and its slope there
-    # start the secant iteration, which then needs a handful of split evaluations and no derivative
+    # the same with delta_2 (cheap; nothing differentiated flows through it): its root starts the iteration
     comp_c, log_delta_c = jax.lax.stop_gradient((comp, log_delta))
 
     def g_plain(u):
@@ -390,8 +598,29 @@ def epsilon_estimate(comp, direction, log_delta):
 
     u0 = guess_log_t_for_delta(comp_c, log_delta_c)
     lo, hi = log_t_bracket(u0)
-    u2, _, _, _ = bracketed_newton(g_plain, lo, hi, u0, max_jump=2.0)
+    u2, _, _, _ = bracketed_newton(g_plain, lo, hi, u0, max_jump=2.0, xtol=START_XTOL)
     u2 = jnp.where(jnp.isfinite(u2), u2, u0)
-    slope = jax.jvp(g_plain, (u2,), (jnp.ones_like(u2),))[1]
-    u = solve_decreasing(g, lo, hi, x0=u2, max_jump=2.0, slope0=slope)
-    return jnp.maximum(eps_on_curve(comp, direction, jnp.exp(u)), 0.0)
+
+    def solve(_, x0):
+        return _iterate_on_curve(lambda t: point(comp_c, direction, t), log_delta_c, lo, hi, x0, 2.0)[0]
+
+    def tangent_solve(lin, y):
+        d = lin(jnp.ones_like(y))
+        ok = jnp.isfinite(d) & (d != 0)
+        return jnp.where(ok, y / jnp.where(ok, d, 1.0), 0.0)
+
+    u = jax.lax.custom_root(g, u2, solve, tangent_solve)
+    edge = jax.lax.stop_gradient((u <= lo + 1e-9) | (u >= hi - 1e-9))
+    u = jnp.where(edge, jax.lax.stop_gradient(u), u)
+    return jnp.maximum(point(comp, direction, jnp.exp(u))[0], 0.0)
+
+
+def epsilon_estimate(comp, direction, log_delta):
+    """epsilon with estimated ``delta(eps) = delta`` (see :func:`_epsilon_on_curve`)."""
+    return _by_jumps(
+        comp,
+        direction,
+        lambda c, d, ld: _epsilon_on_curve(c, d, ld, _split_point_on_curve),
+        lambda c, d, ld: _epsilon_on_curve(c, d, ld, _nojump_point_on_curve),
+        log_delta,
+    )

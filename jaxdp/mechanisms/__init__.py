@@ -28,7 +28,7 @@ from jaxdp.mechanisms._log_ratio import (
     scaled_exps,
 )
 from jaxdp.mechanisms._mixture import MixtureMechanism, MixtureOfGaussians, PoissonSubsampledGaussian
-from jaxdp.mechanisms._quadrature import CheckedMoments, mixture_rule
+from jaxdp.mechanisms._quadrature import CheckedMoments, mixture_rule, rule_log_moment
 
 __all__ = [
     "LOG_ZERO",
@@ -55,6 +55,7 @@ __all__ = [
     "log_ratio",
     "mixture_log_ratio",
     "mixture_rule",
+    "rule_log_moment",
     "scaled_exps",
     "scan_parts",
     "scan_stack",
