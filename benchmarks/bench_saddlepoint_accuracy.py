@@ -5,10 +5,9 @@ reference rows (issue: a millisecond estimate that is right where DP-SGD is run)
 
 For every configuration, epsilon(delta) (add_or_remove) from
 
-* ``before``: the one-Gaussian saddle-point delta_2 (what ``method="saddlepoint"`` returned until this
-  change; still the starting point of the other accountants, ``jaxdp.accountants._saddlepoint``);
-* ``after``: the split estimate (``_split_saddle.epsilon_estimate``), ``method="saddlepoint-split"``
-  (``method="saddlepoint"`` stays delta_2 until the split is cheap enough);
+* ``before``: the one-Gaussian saddle-point delta_2 (what ``method="saddlepoint"`` returned until the split
+  became the default; now ``method="saddlepoint-delta2"``, and the starting point of the other accountants);
+* ``after``: the split estimate (``_split_saddle.epsilon_estimate``), ``method="saddlepoint"``;
 * the reference: ``method="characteristic"`` (agrees with prv_accountant / dp_accounting's PLD to ~1e-6
   where they work; where its contour cannot vouch for itself it returns the tight ``certified`` bound).
 
@@ -164,7 +163,7 @@ def main():
             ref_rows.append((row["case"], row.get("group_size", 1), "epsilon", (got - row["epsilon"]) / row["epsilon"]))
         else:
             got = float(
-                jaxdp.delta_for_epsilon(m, epsilon=row["epsilon"], num_steps=row["steps"], method="saddlepoint-split")
+                jaxdp.delta_for_epsilon(m, epsilon=row["epsilon"], num_steps=row["steps"], method="saddlepoint")
             )
             ref_rows.append((row["case"], row.get("group_size", 1), "delta", got / row["delta"] - 1.0))
     for family in ("psg", "group", "hetero"):

@@ -1031,16 +1031,16 @@ def _run(args):
         record["certified_upper"] = upper
         record["certified_upper_method"] = companion
     indicator = None
-    if info.name in ("saddlepoint", "saddlepoint-split") and math.isfinite(eps) and eps > 0:
+    if info.name in SADDLEPOINT_METHODS and math.isfinite(eps) and eps > 0:
         terms = jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=args.steps)
-        if info.name == "saddlepoint":  # delta_2's distance to the split estimate, in epsilon
+        if info.name == "saddlepoint-delta2":  # delta_2's distance to the split estimate, in epsilon
             gap = abs(float(terms.log_delta_plain) - float(terms.log_delta))
             indicator = gap / max(float(terms.saddle_point) * eps, 1e-300)
         else:
             indicator = float(terms.error_indicator)
         record["error_indicator"] = indicator
         if indicator > SADDLEPOINT_WARN:
-            record["warning"] = _saddlepoint_warning(indicator)
+            record["warning"] = _saddlepoint_warning(info.name, indicator)
     if args.group_size is not None:
         record["group_size"] = args.group_size
     if args.json:
@@ -1063,7 +1063,7 @@ def _run(args):
     if vacuous:
         text += f"\n  note: {VACUOUS_NOTE}"
     if indicator is not None and indicator > SADDLEPOINT_WARN:
-        text += f"\n  warning: {_saddlepoint_warning(indicator)}"
+        text += f"\n  warning: {_saddlepoint_warning(info.name, indicator)}"
     return text, record
 
 
@@ -1071,10 +1071,15 @@ def _run(args):
 SADDLEPOINT_WARN = 0.01
 
 
-def _saddlepoint_warning(indicator):
+#: the saddle-point estimates whose error indicator the command line reports
+SADDLEPOINT_METHODS = ("saddlepoint", "saddlepoint-split", "saddlepoint-delta2")
+
+
+def _saddlepoint_warning(name, indicator):
+    better = "--method saddlepoint, " if name == "saddlepoint-delta2" else ""
     return (
         f"the saddle-point estimate's error indicator is {indicator:.1%} of epsilon (over 1 %): prefer "
-        "--method saddlepoint-split or --method characteristic, or the certified bound, for this setting"
+        f"{better}--method characteristic, or the certified bound, for this setting"
     )
 
 

@@ -1,4 +1,4 @@
-"""``method="saddlepoint-split"`` (the bulk/jump-split estimate) where DP-SGD is run: small sampling rates, few
+"""``method="saddlepoint"`` (the bulk/jump-split estimate) where DP-SGD is run: small sampling rates, few
 expected samplings per record, group mixtures, heterogeneous schedules, few steps at tiny q.
 
 References (never this estimate's own output):
@@ -60,7 +60,7 @@ CHAR_GROUP = [
 
 
 def _eps(m, delta, steps=1):
-    return float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-split"))
+    return float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint"))
 
 
 @pytest.mark.parametrize("case,want", CHAR_PSG, ids=lambda v: str(v))
@@ -74,7 +74,7 @@ def test_epsilon_within_one_percent_of_characteristic(case, want):
 def test_delta_within_ten_percent_at_the_reference_epsilon(case, want):
     sigma, q, steps, delta = case
     m = jaxdp.PoissonSubsampledGaussian(sigma, q)
-    got = float(jaxdp.delta_for_epsilon(m, epsilon=want, num_steps=steps, method="saddlepoint-split"))
+    got = float(jaxdp.delta_for_epsilon(m, epsilon=want, num_steps=steps, method="saddlepoint"))
     assert got == pytest.approx(delta, rel=0.10)
 
 
@@ -117,7 +117,7 @@ def test_one_step_against_the_closed_form(sigma, q, eps):
     """The few-step tiny-q corner: eps lies between the bulk and the jump mode (delta_2 was 1e6x off here)."""
     want = _one_step_delta(sigma, q, eps)
     got = float(
-        jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, method="saddlepoint-split")
+        jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, method="saddlepoint")
     )
     assert got == pytest.approx(want, rel=0.10)
     e = _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), want)
@@ -148,7 +148,7 @@ def test_zero_epsilon_where_delta_at_zero_is_below_the_target():
 def test_gradients_match_finite_differences(sigma, q, steps, delta):
     def eps(s, qq):
         m = jaxdp.PoissonSubsampledGaussian(s, qq)
-        return jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-split")
+        return jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint")
 
     with x64():
         gs, gq = jax.grad(eps, argnums=(0, 1))(sigma, q)
@@ -162,7 +162,7 @@ def test_saddlepoint_terms_report_the_estimate_and_a_small_indicator():
     m = jaxdp.PoissonSubsampledGaussian(1.0, 1e-3)
     eps = 0.5551397
     terms = jaxdp.saddlepoint_terms(m, epsilon=eps, num_steps=10_000)
-    direct = float(jaxdp.log_delta_for_epsilon(m, epsilon=eps, num_steps=10_000, method="saddlepoint-split"))
+    direct = float(jaxdp.log_delta_for_epsilon(m, epsilon=eps, num_steps=10_000, method="saddlepoint"))
     assert float(terms.log_delta) == pytest.approx(direct, rel=1e-9)
     assert math.exp(float(terms.log_delta)) == pytest.approx(1e-6, rel=0.05)
     assert math.exp(float(terms.log_delta_plain)) > 5e-6  # the one-Gaussian delta_2: 8x off here
@@ -177,7 +177,7 @@ def test_vmap_over_configurations_equals_the_loop():
 
     def one(s, qq, nn):
         return jaxdp.epsilon_for_delta(
-            jaxdp.PoissonSubsampledGaussian(s, qq), delta=1e-8, num_steps=nn, method="saddlepoint-split"
+            jaxdp.PoissonSubsampledGaussian(s, qq), delta=1e-8, num_steps=nn, method="saddlepoint"
         )
 
     with x64():
@@ -193,10 +193,11 @@ def test_command_line_warns_where_delta_2_is_off(capsys):
     from jaxdp.cli import main
 
     args = ["epsilon", "--sigma", "1.0", "--q", "1e-3", "--steps", "10000", "--delta", "1e-6", "--json"]
-    assert main([*args, "--method", "saddlepoint"]) == 0
+    assert main([*args, "--method", "saddlepoint-delta2"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["error_indicator"] > 0.01 and "saddlepoint-split" in out["warning"]
-    assert main([*args, "--method", "saddlepoint-split"]) == 0
-    out = json.loads(capsys.readouterr().out)
-    assert out["epsilon"] == pytest.approx(0.5551397, rel=0.01)
-    assert out["error_indicator"] < 0.01 and "warning" not in out
+    assert out["error_indicator"] > 0.01 and "--method saddlepoint," in out["warning"]
+    for name in ("saddlepoint", "saddlepoint-split"):  # the default estimate, and its name until 0.1.0
+        assert main([*args, "--method", name]) == 0
+        out = json.loads(capsys.readouterr().out)
+        assert out["epsilon"] == pytest.approx(0.5551397, rel=0.01)
+        assert out["error_indicator"] < 0.01 and "warning" not in out

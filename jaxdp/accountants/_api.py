@@ -265,7 +265,8 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
       method: accountant, one of :func:`available_methods`; by default (None) the tight proven
         upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
         see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
-        CPU; ``"saddlepoint"`` (estimate) and ``"rdp"`` (looser bound) compile in a few.
+        CPU; ``"saddlepoint"`` (estimate) in ~10 s, ``"saddlepoint-delta2"`` and ``"rdp"`` (looser
+        bound) in a few.
         ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_delta`, which also gives its
         standard error and interval); it needs ``key`` and takes ``num_samples``.
       key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
@@ -312,7 +313,8 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
       method: accountant, one of :func:`available_methods`; by default (None) the tight proven
         upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
         see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
-        CPU; ``"saddlepoint"`` (estimate) and ``"rdp"`` (looser bound) compile in a few.
+        CPU; ``"saddlepoint"`` (estimate) in ~10 s, ``"saddlepoint-delta2"`` and ``"rdp"`` (looser
+        bound) in a few.
         ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_epsilon` also gives its
         standard error and interval); it needs ``key`` and takes ``num_samples``.
       key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
@@ -401,7 +403,7 @@ _terms_jit = jax.jit(_terms_impl)
 def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     """The bulk/jump-split saddle-point estimate at ``epsilon``, with how much to trust it.
 
-    This is ``method="saddlepoint-split"``.  ``method="saddlepoint"`` returns the one-Gaussian ``delta_2``
+    This is ``method="saddlepoint"``.  ``method="saddlepoint-delta2"`` returns the one-Gaussian ``delta_2``
     (``log_delta_plain`` here), which is 20-200 % off in epsilon at sampling rates of 1e-4 to 1e-3; the
     split estimate is within 1 % of the characteristic accountant there.  It splits the tilted law of each
     step into a bulk and the rare large losses

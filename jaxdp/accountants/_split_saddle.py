@@ -1,4 +1,4 @@
-"""The bulk/jump-split saddle-point estimate (in progress: to replace ``method="saddlepoint"``'s delta_2).
+"""The bulk/jump-split saddle-point estimate: ``method="saddlepoint"`` (``delta_2`` alone is ``"saddlepoint-delta2"``).
 
 At small sampling rates the tilted step law ``P(x) e^{t* L(x)} / M(t*)`` at the saddle point ``t*`` has
 a heavy right shoulder or a second mode: the outputs where the privacy loss is in its linear regime
