@@ -539,7 +539,7 @@ def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
     ``log delta(eps(t))`` bends sharply there, so a secant in ``u`` needs many steps.  In ``eps`` the same
     function is smooth, of slope about ``-t``: each step is a secant in ``eps`` (the first with slope
     ``-t``), mapped back to ``u`` with the curve's slope ``d eps / d u`` at the last point (only a step:
-    every point evaluated is on the curve).  A step that leaves the established bracket is a bisection.
+    every point evaluated is on the curve).  A step that leaves an established bracket is a bisection.
     Returns ``(u, iterations)``.
     """
 
@@ -561,11 +561,15 @@ def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
         slope = jnp.where(jnp.isfinite(secant) & (secant < 0) & (i > 0), secant, -t)
         step = g / slope / deps
         u_new = u - step
-        # rtsafe's safeguard: bisect where the step leaves the bracket or fails to halve the step before last
-        # (the curve's slope can change by orders of magnitude within a bracket)
-        ok = jnp.isfinite(u_new) & (u_new > a) & (u_new < b) & (2.0 * jnp.abs(step) <= dx_old)
-        mid = jnp.clip(0.5 * (a + b), u - max_jump, u + max_jump)
-        u_new = jnp.where(ok, u_new, mid)
+        # rtsafe's safeguard inside an established bracket: bisect where the step leaves it or fails to halve the
+        # step before last (the curve's slope can change by orders of magnitude within a bracket); before both
+        # ends are established, the step capped at max_jump (a bisection toward the default bracket's far end
+        # lands far off the curve's steep part, and took ~10 more evaluations to come back)
+        both = (a > lo) & (b < hi)
+        inside = jnp.isfinite(u_new) & (u_new > a) & (u_new < b)
+        ok = inside & (~both | (2.0 * jnp.abs(step) <= dx_old))
+        toward = jnp.clip(jnp.where(jnp.isfinite(u_new), u_new, u), u - max_jump, u + max_jump)
+        u_new = jnp.where(ok, u_new, jnp.where(both, 0.5 * (a + b), jnp.clip(toward, a, b)))
         # done where delta is on target, or the step is at the resolution of u (delta's rounding floor)
         small = jnp.abs(u_new - u) <= CURVE_XTOL * (1.0 + jnp.abs(u))
         # (eps <= 0 with delta on or below target: the answer is eps = 0, as the caller clips it)
