@@ -97,7 +97,25 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "results", "saddlepoint.md"))
     ap.add_argument("--no-peers", action="store_true")
+    ap.add_argument(
+        "--targets-only", action="store_true", help="only the issue's targets section, replaced in the existing --out"
+    )
     a = ap.parse_args()
+    if a.targets_only:
+        section = "\n".join(_issue_targets()).strip("\n") + "\n"
+        text = open(a.out).read() if os.path.exists(a.out) else ""
+        start = text.find("## The issue's targets")
+        if start < 0:
+            text = text.rstrip("\n") + "\n\n" + section
+        else:
+            end = text.find("\n## ", start + 1)
+            while end > 0 and text.startswith("\n## Accuracy before", end):  # (part of the section)
+                end = text.find("\n## ", end + 1)
+            text = text[:start] + section + ("\n" + text[end + 1 :] if end > 0 else "")
+        with open(a.out, "w") as fh:
+            fh.write(text)
+        print(section)
+        return
     lines = ["# Saddle-point accountant: speed and gradients", "", "Machine: this project's 2-core CPU (no GPU).", ""]
 
     lines += ["## One epsilon(delta) query (sigma=1, q=0.01, delta=1e-5), median after compilation", ""]

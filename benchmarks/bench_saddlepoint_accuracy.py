@@ -60,6 +60,9 @@ def log_uniform(rng, lo, hi):
     return float(math.exp(rng.uniform(math.log(lo), math.log(hi))))
 
 
+GROUP_SIZES = list(range(1, 17))
+
+
 def draw(rng, family):
     sigma, q = log_uniform(rng, 0.5, 5.0), log_uniform(rng, 1e-4, 0.5)
     steps = round(log_uniform(rng, 1.0, 1e6))
@@ -67,7 +70,7 @@ def draw(rng, family):
     if family == "psg":
         return dict(family=family, sigma=sigma, q=q, steps=steps, delta=delta, group=1)
     if family == "group":
-        g = int(rng.integers(1, 17))
+        g = int(rng.choice(GROUP_SIZES))
         return dict(family=family, sigma=sigma, q=q, steps=steps, delta=delta, group=g)
     sig = [sigma * log_uniform(rng, 0.7, 1.4) for _ in range(3)]
     qs = [min(0.5, q * log_uniform(rng, 0.5, 2.0)) for _ in range(3)]
@@ -148,9 +151,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--configs", type=int, default=300, help="random configurations per family")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--group-sizes", default=None, help="comma-separated group sizes to draw (default 1-16; each compiles anew)"
+    )
     ap.add_argument("--out", default=os.path.join(HERE, "results", "saddlepoint_accuracy.md"))
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
+    if args.group_sizes:
+        GROUP_SIZES[:] = [int(g) for g in args.group_sizes.split(",")]
     t_start = time.perf_counter()
     rows = []
     for s, q, n, d in ISSUE_ROWS:
@@ -182,7 +190,8 @@ def main():
         "",
         f"Date {datetime.date.today()}, jaxdp commit `{commit.strip()}`, JAX {jax.__version__}, "
         f"{os.cpu_count()} CPU cores; `python benchmarks/bench_saddlepoint_accuracy.py --configs {args.configs} "
-        f'--seed {args.seed}` ({time.perf_counter() - t_start:.0f} s).  Reference: `method="characteristic"`.  '
+        f"--seed {args.seed}" + (f" --group-sizes {args.group_sizes}" if args.group_sizes else "")
+        + f'` ({time.perf_counter() - t_start:.0f} s).  Reference: `method="characteristic"`.  '
         "Errors are |relative| errors in epsilon (add_or_remove) unless marked delta.",
         "",
         "## Error distribution (targets: every cell within 1 % in epsilon and 10 % in delta)",
