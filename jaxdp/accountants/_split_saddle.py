@@ -53,7 +53,7 @@ from jaxdp.mechanisms import (
     rule_log_moment,
     scan_parts,
 )
-from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp
+from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
 SPLIT_WIDTH = 0.02
@@ -130,10 +130,10 @@ class _TiltedNodes(NamedTuple):
     log_m: jax.Array  # log E[e^{t L}] of the step, K(t) / T
 
 
-def _tilted_nodes(mech, direction, t) -> _TiltedNodes:
+def _tilted_nodes(mech, direction, t, nodes_per_window: int = SPLIT_NODES) -> _TiltedNodes:
     log_p, c, sigma = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
-    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=SPLIT_NODES)
+    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=nodes_per_window)
     ell = sign * rule.log_r
     log_w = lam * rule.log_r + rule.log_w
     log_w = log_w - jax.nn.logsumexp(log_w)
@@ -425,11 +425,8 @@ def _nojump_cumulants(comp, direction, t):
     def body(acc, m, n):
         k0, kap = acc
         if isinstance(m, MixtureMechanism):
-            log_p, c, sigma = m.mixture()
-            lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
-            rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=NOJUMP_NODES)
-            k0m = rule_log_moment(lam, rule)
-            _, km = _node_cumulants(lam * rule.log_r + rule.log_w, sign * rule.log_r)
+            nd = _tilted_nodes(m, direction, t, NOJUMP_NODES)
+            k0m, (_, km) = nd.log_m, _node_cumulants(nd.log_w, nd.ell)
         else:
             k0m, km = m.cgf(t, direction), _jvp_cumulants(m, direction, t)
         return k0 + n * k0m, kap + n * km
@@ -605,17 +602,10 @@ def _epsilon_on_curve(comp, direction, log_delta, point):
     u2, _, _, _ = bracketed_newton(g_plain, lo, hi, u0, max_jump=2.0, xtol=START_XTOL)
     u2 = jnp.where(jnp.isfinite(u2), u2, u0)
 
-    def solve(_, x0):
+    def solver(x0):
         return _iterate_on_curve(lambda t: point(comp_c, direction, t), log_delta_c, lo, hi, x0, 2.0)[0]
 
-    def tangent_solve(lin, y):
-        d = lin(jnp.ones_like(y))
-        ok = jnp.isfinite(d) & (d != 0)
-        return jnp.where(ok, y / jnp.where(ok, d, 1.0), 0.0)
-
-    u = jax.lax.custom_root(g, u2, solve, tangent_solve)
-    edge = jax.lax.stop_gradient((u <= lo + 1e-9) | (u >= hi - 1e-9))
-    u = jnp.where(edge, jax.lax.stop_gradient(u), u)
+    u = solve_decreasing(g, lo, hi, x0=u2, solver=solver)
     return jnp.maximum(point(comp, direction, jnp.exp(u))[0], 0.0)
 
 

@@ -142,11 +142,13 @@ def solve_decreasing(
     max_iterations: int = 80,
     max_jump: float = jnp.inf,
     slope0=None,
+    solver=None,
 ):
     """Root of a decreasing ``f`` on ``[lo, hi]`` (``f(lo) >= 0 >= f(hi)`` assumed).
 
     Bracketed Newton by default; given a first slope estimate ``slope0``, the bracketed secant iteration
-    (:func:`bracketed_secant`: no derivative of ``f`` in the solve, one at the root for the gradient).
+    (:func:`bracketed_secant`: no derivative of ``f`` in the solve, one at the root for the gradient), or the
+    caller's ``solver(x0) -> root`` (its iterations are not differentiated either).
 
     Differentiable (implicit function theorem) in whatever ``f`` closes over.
     If ``f(lo) < 0`` the result is ``lo``; if ``f(hi) > 0`` it is ``hi`` (a constant: its
@@ -157,6 +159,8 @@ def solve_decreasing(
     start = 0.5 * (lo + hi) if x0 is None else jax.lax.stop_gradient(x0)
 
     def solve(g, x_init):
+        if solver is not None:  # the caller's own iteration (``x_init -> root``), with this implicit derivative
+            return solver(x_init)
         if slope0 is not None:
             s0 = jax.lax.stop_gradient(slope0)
             x, _, _, _ = bracketed_secant(g, lo, hi, x_init, s0, max_iterations=max_iterations, max_jump=max_jump)
