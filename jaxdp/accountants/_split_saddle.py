@@ -109,15 +109,22 @@ def _jvp_cumulants(mech, direction, t):
     return jnp.stack([f1(t), f2(t), f3(t), f4(t)])
 
 
-def split_point(p0, eps):
-    """Where a step's loss counts as a jump: ``min(log(2 p_0), eps / 2)``.
+#: the split point's constants ``(a, c)``: ``min(log(a p_0), c eps)`` (:func:`split_point`)
+SPLIT = (2.0, 0.5)
+#: other choices of the split point, equally valid: the estimate's change between them is part of its error
+#: indicator (:func:`split_terms`)
+SPLIT_VARIANTS = ((4.0, 0.5), (2.0, 0.25), (2.0, 0.75))
+
+
+def split_point(p0, eps, split=SPLIT):
+    """Where a step's loss counts as a jump: ``min(log(2 p_0), eps / 2)`` (``split = (2, 1/2)``).
 
     Above ``log(2 p_0)`` the sensitivity terms of ``R`` dominate (the linear regime); the cap at
     ``eps / 2`` keeps the loss values between ``eps / 2`` and ``log(2 p_0)`` out of the bulk: with few
     steps and a small ``q`` the target epsilon lies there, far out in the bulk's tail and far below the
     jump mode, where no cumulant expansion of either part is accurate (the one-jump term is exact
     instead, :func:`_one_jump_terms`)."""
-    return jnp.minimum(math.log(2.0) + jnp.log(jnp.where(p0 > 0, p0, 1.0)), 0.5 * jnp.maximum(eps, 0.0))
+    return jnp.minimum(math.log(split[0]) + jnp.log(jnp.where(p0 > 0, p0, 1.0)), split[1] * jnp.maximum(eps, 0.0))
 
 
 class _TiltedNodes(NamedTuple):
@@ -144,11 +151,11 @@ def _tilted_nodes(mech, direction, t, nodes_per_window: int = SPLIT_NODES) -> _T
     return _TiltedNodes(has_jumps, p0, ell, log_w, rule_log_moment(lam, rule))
 
 
-def _split_logs(nodes: _TiltedNodes, eps):
+def _split_logs(nodes: _TiltedNodes, eps, split=SPLIT):
     """``(log sigmoid jump, log sigmoid bulk)`` at the nodes: the split at :func:`split_point`."""
     # the sigmoid is sharp: SPLIT_NODES nodes per window resolve it (and its derivative: with the default 48
     # the gradient was 2.6e-2 off finite differences, with 256 within 2.3e-6)
-    split = split_point(nodes.p0, eps)
+    split = split_point(nodes.p0, eps, split)
     # narrower below a capped split point, so that the bulk (losses near 0) stays out of the jumps
     width = jnp.where(split > 0, jnp.clip(split / 32.0, 1e-6, SPLIT_WIDTH), SPLIT_WIDTH)
     x = (nodes.ell - split) / width
@@ -157,10 +164,10 @@ def _split_logs(nodes: _TiltedNodes, eps):
     return log_s, log_b
 
 
-def _step_nodes(mech, direction, t, eps):
+def _step_nodes(mech, direction, t, eps, split=SPLIT):
     """``(has_jumps, losses, log tilted weights, log sigmoid jump, log sigmoid bulk)`` of one step."""
     nodes = _tilted_nodes(mech, direction, t)
-    log_s, log_b = _split_logs(nodes, eps)
+    log_s, log_b = _split_logs(nodes, eps, split)
     return nodes.has_jumps, nodes.ell, nodes.log_w, log_s, log_b
 
 
@@ -172,15 +179,15 @@ def _split_cumulants(has_jumps, ell, log_w, log_s, log_b):
     return pj, bulk, jnp.where(pj > 0, jump, bulk)
 
 
-def step_split(mech, direction, t, eps):
+def step_split(mech, direction, t, eps, split=SPLIT):
     """``(p_J, bulk k1..k4, jump k1..k4)`` of one step's law tilted by ``e^{t L}`` (see the module)."""
     if not isinstance(mech, MixtureMechanism):
         k = _jvp_cumulants(mech, direction, t)
         return jnp.zeros(()), k, k
-    return _split_cumulants(*_step_nodes(mech, direction, t, eps))
+    return _split_cumulants(*_step_nodes(mech, direction, t, eps, split))
 
 
-def split_shape(comp, direction, t, eps) -> SplitShape:
+def split_shape(comp, direction, t, eps, split=SPLIT) -> SplitShape:
     """Count-weighted sums of :func:`step_split` over the parts of ``comp`` (a stack segment by segment).
 
     Heterogeneous parts pool their jumps: the count of jumps is taken Binomial with the total mean, and
@@ -190,7 +197,7 @@ def split_shape(comp, direction, t, eps) -> SplitShape:
 
     def body(acc, m, n):
         steps, lam, a, jp, bp = acc
-        pj, b, j = step_split(m, direction, t, eps)
+        pj, b, j = step_split(m, direction, t, eps, split)
         return steps + n, lam + n * pj, a + n * b, jp + n * pj * j, bp + n * pj * b
 
     steps, lam, a, jp, bp = scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(()), zero4, zero4, zero4))
@@ -223,7 +230,7 @@ def _one_jump_part(step_nodes, shape, ts, es, n, use):
     return tuple(out)
 
 
-def _one_jump_terms(comp, direction, shape, t, eps):
+def _one_jump_terms(comp, direction, shape, t, eps, split=SPLIT):
     """The one-jump summand ``log E_1[...]`` (first and second order) with the jump law exact.
 
     Given one jump, the loss is the jump (read off the quadrature nodes of its step, weighted by
@@ -247,7 +254,7 @@ def _one_jump_terms(comp, direction, shape, t, eps):
         # without jumps (a traced "add", or no zero-sensitivity part) the term is evaluated at harmless
         # stand-ins and dropped: the real tilt there can sit at the bracket's edge, with NaN derivatives
         ts, es = jnp.where(use, t, 1.0), jnp.where(use, eps, 1.0)
-        vals = _one_jump_part(_step_nodes(m, direction, ts, es), shape, ts, es, n, use)
+        vals = _one_jump_part(_step_nodes(m, direction, ts, es, split), shape, ts, es, n, use)
         return tuple(jnp.logaddexp(a_, v) for a_, v in zip(acc, vals))
 
     first, second = scan_parts(comp, body, (neg, neg))
@@ -363,9 +370,9 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump=None):
     return out[0], out[1]
 
 
-def _log_delta_at(comp, direction, t, eps):
-    shape = split_shape(comp, direction, t, eps)
-    return shape, log_delta_split(shape, t, eps, _one_jump_terms(comp, direction, shape, t, eps))
+def _log_delta_at(comp, direction, t, eps, split=SPLIT):
+    shape = split_shape(comp, direction, t, eps, split)
+    return shape, log_delta_split(shape, t, eps, _one_jump_terms(comp, direction, shape, t, eps, split))
 
 
 def _single_part(comp):
@@ -376,7 +383,7 @@ def _single_part(comp):
     return None
 
 
-def _fused_at(mech, n, direction, t, eps=None):
+def _fused_at(mech, n, direction, t, eps=None, split=SPLIT):
     """``(eps, shape, (first, second))`` of ``n`` steps of one mixture at tilt ``t`` from ONE node set: the
     composed ``K(t)``, ``K'(t)`` (for ``eps = None``, the point ``eps(t) = K'(t) - 1/t - 1/(1+t)`` of the
     saddle-point curve), the split cumulants and the one-jump term (:func:`_log_delta_at` builds the
@@ -385,7 +392,7 @@ def _fused_at(mech, n, direction, t, eps=None):
     nd = _tilted_nodes(mech, direction, t)
     if eps is None:
         eps = n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
-    step = (nd.has_jumps, nd.ell, nd.log_w, *_split_logs(nd, eps))
+    step = (nd.has_jumps, nd.ell, nd.log_w, *_split_logs(nd, eps, split))
     pj, bulk, jump = _split_cumulants(*step)
     lam = n * pj
     shape = SplitShape(n * nd.log_m, n, lam, n * bulk, jnp.where(lam > 0, jump - bulk, 0.0))
@@ -472,8 +479,9 @@ class SplitTerms(NamedTuple):
       log_delta: the estimate (bulk/jump mixture with the skewness term).
       log_delta_plain: the one-Gaussian ``delta_2`` of Alghamdi et al.
       expected_jumps: ``T p_J``, the tilted mean number of steps in the jump regime.
-      error_indicator: the second-order Edgeworth terms' effect on epsilon, relative
-        (``|Delta log delta| / (t* eps)``); above 0.01 the estimate is not to be trusted.
+      error_indicator: the larger of the second-order Edgeworth terms' effect and the effect of moving the
+        split point, on epsilon, relative (``|Delta log delta| / (t* eps)``); above 0.01 the estimate is not
+        to be trusted.
     """
 
     saddle_point: jax.Array
@@ -483,13 +491,13 @@ class SplitTerms(NamedTuple):
     error_indicator: jax.Array
 
 
-def _split_terms_at(comp, direction, t, eps):
+def _split_terms_at(comp, direction, t, eps, split=SPLIT):
     """``(expected jumps, (first, second))`` at tilt ``t`` and ``eps``."""
     single = _single_part(comp)
     if single is not None:
-        _, shape, terms = _fused_at(*single, direction, t, eps)
+        _, shape, terms = _fused_at(*single, direction, t, eps, split)
     else:
-        shape, terms = _log_delta_at(comp, direction, t, eps)
+        shape, terms = _log_delta_at(comp, direction, t, eps, split)
     return shape.jumps, terms
 
 
@@ -497,10 +505,28 @@ def _nojump_terms_at(comp, direction, t, eps):
     return jnp.zeros(()), _nojump_terms(*_nojump_cumulants(comp, direction, t), t, eps)
 
 
+def _split_terms_and_spread(comp, direction, t, eps):
+    """:func:`_split_terms_at` and the largest change of its ``log delta`` under the other split points
+    (:data:`SPLIT_VARIANTS`)."""
+    jumps, terms = _split_terms_at(comp, direction, t, eps)
+    others = jnp.stack([_split_terms_at(comp, direction, t, eps, v)[1][0] for v in SPLIT_VARIANTS])
+    return jumps, terms, jnp.max(jnp.abs(others - terms[0]))
+
+
+def _nojump_terms_and_spread(comp, direction, t, eps):
+    return (*_nojump_terms_at(comp, direction, t, eps), jnp.zeros(()))
+
+
 def split_terms(comp, direction, epsilon, log_delta_plain) -> SplitTerms:
+    """The estimate at ``epsilon`` and its error indicator: the larger of the second-order Edgeworth terms'
+    effect and the effect of moving the split point (to any of :data:`SPLIT_VARIANTS`: the construction
+    does not single one out, so an estimate that depends on it is not to be trusted), on epsilon,
+    relative."""
     t = saddle_point(comp, direction, epsilon)
-    jumps, (first, second) = _by_jumps(comp, direction, _split_terms_at, _nojump_terms_at, t, epsilon)
-    ind = jnp.abs(second - first) / jnp.maximum(t * jnp.abs(epsilon), 1e-300)
+    jumps, (first, second), spread = _by_jumps(
+        comp, direction, _split_terms_and_spread, _nojump_terms_and_spread, t, epsilon
+    )
+    ind = jnp.maximum(jnp.abs(second - first), spread) / jnp.maximum(t * jnp.abs(epsilon), 1e-300)
     ind = jnp.where(jnp.isnan(ind), jnp.inf, ind)
     return SplitTerms(t, first, log_delta_plain(comp, direction, epsilon), jumps, ind)
 
@@ -527,6 +553,9 @@ LOG_DELTA_TOL = 1e-9
 CURVE_MAX_ITERATIONS = 40
 #: ... or where its step in u = log t is this small (relative)
 CURVE_XTOL = 1e-9
+#: ... or, after a secant step, where the error predicted for the next point is this small (that step is then
+#: taken without evaluating its end)
+CURVE_PREDICTED_TOL = 1e-7
 
 
 def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
@@ -566,13 +595,17 @@ def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
         inside = jnp.isfinite(u_new) & (u_new > a) & (u_new < b)
         ok = inside & (~both | (2.0 * jnp.abs(step) <= dx_old))
         toward = jnp.clip(jnp.where(jnp.isfinite(u_new), u_new, u), u - max_jump, u + max_jump)
+        # the last secant step is taken without evaluating its end: the secant converges superlinearly, so the
+        # error there is about |g| |g / g_prev| (measured: 5e-6 -> 2e-10, 2.6e-5 -> 5e-9)
+        last = (i > 0) & ok & (jnp.abs(g) * jnp.minimum(1.0, jnp.abs(g / g_prev)) <= CURVE_PREDICTED_TOL)
         u_new = jnp.where(ok, u_new, jnp.where(both, 0.5 * (a + b), jnp.clip(toward, a, b)))
         # done where delta is on target, or the step is at the resolution of u (delta's rounding floor)
         small = jnp.abs(u_new - u) <= CURVE_XTOL * (1.0 + jnp.abs(u))
         # (eps <= 0 with delta on or below target: the answer is eps = 0, as the caller clips it)
         at_zero = (eps <= 0.0) & (g <= 0.0)
-        done = (jnp.abs(g) <= LOG_DELTA_TOL) | (b - a <= CURVE_XTOL * (1.0 + jnp.abs(u))) | at_zero | bad
-        u_new = jnp.where(done, jnp.where(bad, jnp.nan, u), u_new)
+        on_target = jnp.abs(g) <= LOG_DELTA_TOL
+        done = on_target | last | (b - a <= CURVE_XTOL * (1.0 + jnp.abs(u))) | at_zero | bad
+        u_new = jnp.where(done, jnp.where(bad, jnp.nan, jnp.where(last & ~on_target & ~at_zero, u_new, u)), u_new)
         return i + 1, a, b, u_new, eps, g, jnp.abs(u_new - u), done | small
 
     u0 = jnp.clip(u0, lo, hi)
