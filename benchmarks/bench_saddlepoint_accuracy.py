@@ -108,6 +108,11 @@ def eps_after(m, steps, delta):
 _after = jax.jit(eps_after)
 
 
+@jax.jit  # (traced steps and delta: one compile per structure, as the entry points)
+def _reference(m, steps, delta):
+    return _api.epsilon_of_composition(to_f64(as_composition(m, steps)), delta, "characteristic", or_nan=True)
+
+
 def lower_bound_parts(c):
     """``[(sigma, sensitivities, probs, count)]`` of the configuration for ``tests/_lower_bounds.py``."""
     if c["family"] == "hetero":
@@ -147,7 +152,7 @@ def evaluate(c):
     t0 = time.perf_counter()
     # the reference: the characteristic accountant where it vouches for its value; elsewhere the bracket of
     # the certified bound and an independent lower bound (the certified value is not the truth there)
-    ref = float(_api.epsilon_of_composition(to_f64(as_composition(m, steps)), d, "characteristic", or_nan=True))
+    ref = float(_reference(m, steps, d))
     bracket = None
     if not math.isfinite(ref):
         upper = float(jaxdp.epsilon_for_delta(m, delta=d, num_steps=steps, method="certified"))
