@@ -109,7 +109,8 @@ def main():
             text = text.rstrip("\n") + "\n\n" + section
         else:
             end = text.find("\n## ", start + 1)
-            while end > 0 and text.startswith("\n## Accuracy before", end):  # (part of the section)
+            part_of_it = ("\n## Accuracy before", "\n## Configurations without")  # (the accuracy section's)
+            while end > 0 and text.startswith(part_of_it, end):
                 end = text.find("\n## ", end + 1)
             text = text[:start] + section + ("\n" + text[end + 1 :] if end > 0 else "")
         with open(a.out, "w") as fh:
