@@ -59,6 +59,8 @@ from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp, solve_decrea
 SPLIT_WIDTH = 0.02
 #: nodes per window of the quadrature rule of the split moments (the sigmoid must be resolved)
 SPLIT_NODES = 256
+#: half-width (standard deviations) of each window of that rule
+SPLIT_HALF_WIDTH = 20.0
 #: counts of jumps visited by the mixture sum
 NUM_COUNTS = 64
 #: reach of the visited counts around the tilted mean number of jumps, in standard deviations
@@ -71,6 +73,8 @@ MIN_FACTOR = 0.05
 #: above this Mills-ratio argument the Hermite recurrence cancels: Gauss-Laguerre instead
 # the one-jump term's Edgeworth corrections are evaluated on this many of the jump law's nodes
 JUMP_TOP = 96
+#: the one-jump term sums over 1 / JUMP_WINDOW of the rule's nodes, around the summand's peak
+JUMP_WINDOW = 3
 _LAGUERRE_FROM = 8.0
 _LOG_ZERO = -1e30
 _GL_X, _GL_W = np.polynomial.laguerre.laggauss(24)
@@ -137,10 +141,11 @@ class _TiltedNodes(NamedTuple):
     log_m: jax.Array  # log E[e^{t L}] of the step, K(t) / T
 
 
-def _tilted_nodes(mech, direction, t, nodes_per_window: int = SPLIT_NODES) -> _TiltedNodes:
+def _tilted_nodes(mech, direction, t, nodes_per_window: int | None = None) -> _TiltedNodes:
     log_p, c, sigma = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
-    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=nodes_per_window)
+    npw = SPLIT_NODES if nodes_per_window is None else nodes_per_window
+    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=npw, half_width=SPLIT_HALF_WIDTH)
     ell = sign * rule.log_r
     log_w = lam * rule.log_r + rule.log_w
     log_w = log_w - jax.nn.logsumexp(log_w)
@@ -216,6 +221,18 @@ def _one_jump_part(step_nodes, shape, ts, es, n, use):
     rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
     rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
     k0 = jnp.where(use, shape.k0, 0.0)
+    # the summand is (up to constants) log_wj + f(y), y = eps - jump - E[rest]: f(y) ~ t y above the bulk's
+    # mean, a Gaussian tail -y^2 / (2 Var rest) below it; a log-concave bump in the node index (the loss is
+    # increasing along the nodes).  Only the window of JUMP_WINDOW of the nodes around its peak is summed:
+    # a third of the rule spans >= 13 standard deviations of the jump's Gaussian (the rule's windows have
+    # half-width 20 and the nodes are evenly spaced), so the nodes left out carry < 1e-10 of the sum.
+    size = ell.shape[0]
+    keep = max(JUMP_TOP, -(-size // JUMP_WINDOW))
+    if keep < size:
+        y = es - ell - rest[0]
+        score = log_wj + jnp.where(y < 0, ts * y, -0.5 * y * y / rest[1])
+        first_kept = jnp.clip(jnp.argmax(jax.lax.stop_gradient(score)) - keep // 2, 0, size - keep)
+        ell, log_wj = (jax.lax.dynamic_slice_in_dim(v, first_kept, keep) for v in (ell, log_wj))
     # the Edgeworth terms on the JUMP_TOP nodes that carry most of the sum (ranked by the Gaussian part,
     # cheap); the Gaussian part alone on the others (each under ~1e-3 of the sum there)
     gauss = log_wj + _log_gauss_term(k0, rest, ts, es - ell) - ts * ell
@@ -354,25 +371,41 @@ def _counts(shape):
     return n, jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
 
 
+#: the exact one-jump term is skipped where a bound on it is this far (in log) below the other counts' sum
+ONE_JUMP_SKIP = 25.0
+
+
 def log_delta_split(shape: SplitShape, t, eps, one_jump=None):
     """``(log delta estimate, log delta with the second-order terms)`` from the split cumulants at tilt ``t``.
 
-    ``one_jump``: the exact one-jump summands (:func:`_one_jump_terms`), used where the count 1 is visited
-    on its own (stride 1)."""
+    ``one_jump``: a function returning the exact one-jump summands (:func:`_one_jump_terms`), used where the
+    count 1 is visited on its own (stride 1).  It is not evaluated (``lax.cond``; under ``vmap`` both branches
+    run) where it cannot matter: given one jump, the summand is at most ``B(t) = max_x e^{-t x} (1 - e^{-x})
+    <= (t / (1 + t))^t / (1 + t)`` (pointwise), so with the count's weight it is bounded; where that bound and
+    the Edgeworth summand it replaces are both ``e^{-ONE_JUMP_SKIP}`` below the other counts' sum, either
+    moves ``log delta`` by less than 3e-11."""
     n, log_w = _counts(shape)
     kappa = shape.bulk[None, :] + n[:, None] * shape.swap[None, :]
     first, second = _log_terms(shape.k0, kappa, t, eps)
     if one_jump is not None:
         single = (n == 1) & (jnp.abs(n[1] - n[0]) == 1) & (shape.jumps > 0)
-        first = jnp.where(single, one_jump[0], first)
-        second = jnp.where(single, one_jump[1], second)
+        tc = jax.lax.stop_gradient(jnp.maximum(t, 1e-300))
+        log_b = tc * (jnp.log(tc) - jnp.log1p(tc)) - jnp.log1p(tc)
+        w1 = jnp.where(single, log_w, -jnp.inf)
+        reach = jnp.max(jnp.maximum(w1 + shape.k0 - t * eps + log_b, w1 + first))
+        rest = jax.nn.logsumexp(jnp.where(single, -jnp.inf, log_w + first))
+        needed = jnp.any(single) & ~(jax.lax.stop_gradient(reach) < jax.lax.stop_gradient(rest) - ONE_JUMP_SKIP)
+        neg = jnp.full((), _LOG_ZERO, jnp.result_type(first))
+        one = jax.lax.cond(needed, one_jump, lambda: (neg, neg))
+        first = jnp.where(single, one[0], first)
+        second = jnp.where(single, one[1], second)
     out = [jnp.minimum(jax.nn.logsumexp(log_w + v), 0.0) for v in (first, second)]
     return out[0], out[1]
 
 
 def _log_delta_at(comp, direction, t, eps, split=SPLIT):
     shape = split_shape(comp, direction, t, eps, split)
-    return shape, log_delta_split(shape, t, eps, _one_jump_terms(comp, direction, shape, t, eps, split))
+    return shape, log_delta_split(shape, t, eps, lambda: _one_jump_terms(comp, direction, shape, t, eps, split))
 
 
 def _single_part(comp):
@@ -383,13 +416,13 @@ def _single_part(comp):
     return None
 
 
-def _fused_at(mech, n, direction, t, eps=None, split=SPLIT):
+def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     """``(eps, shape, (first, second))`` of ``n`` steps of one mixture at tilt ``t`` from ONE node set: the
     composed ``K(t)``, ``K'(t)`` (for ``eps = None``, the point ``eps(t) = K'(t) - 1/t - 1/(1+t)`` of the
     saddle-point curve), the split cumulants and the one-jump term (:func:`_log_delta_at` builds the
     node set three times: the split, the one-jump term, and ``K``)."""
     t = jnp.asarray(t, jnp.float64)
-    nd = _tilted_nodes(mech, direction, t)
+    nd = _tilted_nodes(mech, direction, t) if nodes is None else nodes
     if eps is None:
         eps = n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
     step = (nd.has_jumps, nd.ell, nd.log_w, *_split_logs(nd, eps, split))
@@ -397,10 +430,13 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT):
     lam = n * pj
     shape = SplitShape(n * nd.log_m, n, lam, n * bulk, jnp.where(lam > 0, jump - bulk, 0.0))
     use = nd.has_jumps & (n > 0)
-    one = _one_jump_part(step, shape, t, eps, n, use)
-    log_lam = jnp.log(jnp.where(lam > 0, lam, 1.0))
-    one = (one[0] - log_lam, one[1] - log_lam)
-    return eps, shape, log_delta_split(shape, t, eps, one)
+
+    def one_jump():
+        one = _one_jump_part(step, shape, t, eps, n, use)
+        log_lam = jnp.log(jnp.where(lam > 0, lam, 1.0))
+        return one[0] - log_lam, one[1] - log_lam
+
+    return eps, shape, log_delta_split(shape, t, eps, one_jump)
 
 
 def _curve_slope(t, k2):
@@ -508,8 +544,14 @@ def _nojump_terms_at(comp, direction, t, eps):
 def _split_terms_and_spread(comp, direction, t, eps):
     """:func:`_split_terms_at` and the largest change of its ``log delta`` under the other split points
     (:data:`SPLIT_VARIANTS`)."""
-    jumps, terms = _split_terms_at(comp, direction, t, eps)
-    others = jnp.stack([_split_terms_at(comp, direction, t, eps, v)[1][0] for v in SPLIT_VARIANTS])
+    single = _single_part(comp)
+    if single is not None:  # one node set for all the split points (it does not depend on them)
+        nodes = _tilted_nodes(single[0], direction, jnp.asarray(t, jnp.float64))
+        out = [_fused_at(*single, direction, t, eps, v, nodes=nodes) for v in (SPLIT, *SPLIT_VARIANTS)]
+        jumps, terms, others = out[0][1].jumps, out[0][2], jnp.stack([o[2][0] for o in out[1:]])
+    else:
+        jumps, terms = _split_terms_at(comp, direction, t, eps)
+        others = jnp.stack([_split_terms_at(comp, direction, t, eps, v)[1][0] for v in SPLIT_VARIANTS])
     return jumps, terms, jnp.max(jnp.abs(others - terms[0]))
 
 
@@ -615,7 +657,22 @@ def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
     return state[3], state[0]
 
 
-def _epsilon_on_curve(comp, direction, log_delta, point):
+def _split_curve_eps(comp, direction, t):
+    """``eps(t)`` as :func:`_split_point_on_curve` computes it, without the estimate (the answer's last step)."""
+    single = _single_part(comp)
+    if single is None:
+        return eps_on_curve(comp, direction, t)
+    mech, n = single
+    nd = _tilted_nodes(mech, direction, jnp.asarray(t, jnp.float64))
+    return n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
+
+
+def _nojump_curve_eps(comp, direction, t):
+    """``eps(t)`` as :func:`_nojump_point_on_curve` computes it."""
+    return _nojump_cumulants(comp, direction, t)[1][0] - 1.0 / t - 1.0 / (1.0 + t)
+
+
+def _epsilon_on_curve(comp, direction, log_delta, point, curve_eps):
     """epsilon with ``point``'s ``delta(eps) = delta`` along the saddle-point curve ``eps(t) = K'(t) - 1/t -
     1/(1+t)`` (``t`` is the saddle point of ``eps(t)``, so no inner solve is needed); the derivative by the
     implicit function theorem (``jax.lax.custom_root``)."""
@@ -639,7 +696,8 @@ def _epsilon_on_curve(comp, direction, log_delta, point):
         return _iterate_on_curve(lambda t: point(comp_c, direction, t), log_delta_c, lo, hi, x0, 2.0)[0]
 
     u = solve_decreasing(g, lo, hi, x0=u2, solver=solver)
-    return jnp.maximum(point(comp, direction, jnp.exp(u))[0], 0.0)
+    # eps at the root: the curve's point alone (evaluating the estimate there again would double its cost)
+    return jnp.maximum(curve_eps(comp, direction, jnp.exp(u)), 0.0)
 
 
 def epsilon_estimate(comp, direction, log_delta):
@@ -647,7 +705,7 @@ def epsilon_estimate(comp, direction, log_delta):
     return _by_jumps(
         comp,
         direction,
-        lambda c, d, ld: _epsilon_on_curve(c, d, ld, _split_point_on_curve),
-        lambda c, d, ld: _epsilon_on_curve(c, d, ld, _nojump_point_on_curve),
+        lambda c, d, ld: _epsilon_on_curve(c, d, ld, _split_point_on_curve, _split_curve_eps),
+        lambda c, d, ld: _epsilon_on_curve(c, d, ld, _nojump_point_on_curve, _nojump_curve_eps),
         log_delta,
     )
