@@ -53,7 +53,7 @@ from jaxdp.mechanisms import (
     rule_log_moment,
     scan_parts,
 )
-from jaxdp.numerics import bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
+from jaxdp.numerics import argmax, bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
 SPLIT_WIDTH = 0.02
@@ -231,7 +231,7 @@ def _one_jump_part(step_nodes, shape, ts, es, n, use):
     if keep < size:
         y = es - ell - rest[0]
         score = log_wj + jnp.where(y < 0, ts * y, -0.5 * y * y / rest[1])
-        first_kept = jnp.clip(jnp.argmax(jax.lax.stop_gradient(score)) - keep // 2, 0, size - keep)
+        first_kept = jnp.clip(argmax(jax.lax.stop_gradient(score)) - keep // 2, 0, size - keep)
         ell, log_wj = (jax.lax.dynamic_slice_in_dim(v, first_kept, keep) for v in (ell, log_wj))
     # the Edgeworth terms on the JUMP_TOP nodes that carry most of the sum (ranked by the Gaussian part,
     # cheap); the Gaussian part alone on the others (each under ~1e-3 of the sum there)
