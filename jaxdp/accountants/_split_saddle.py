@@ -211,7 +211,7 @@ def split_shape(comp, direction, t, eps, split=SPLIT) -> SplitShape:
     return SplitShape(comp.cgf(t, direction), steps, lam, a, swap)
 
 
-def _one_jump_part(step_nodes, shape, ts, es, n, use):
+def _one_jump_part(step_nodes, shape, ts, es, n, use, window=False):
     """One part's contribution to :func:`_one_jump_terms` (first and second order, ``_LOG_ZERO`` unless
     ``use``), from its split nodes at tilt ``ts`` and epsilon ``es``."""
     has_jumps, ell, log_w, log_s, log_b = step_nodes
@@ -221,16 +221,19 @@ def _one_jump_part(step_nodes, shape, ts, es, n, use):
     rest = jnp.where(use, shape.bulk - b, jnp.array([0.0, 1.0, 0.0, 0.0]))
     rest = rest.at[1].set(jnp.maximum(rest[1], JUMP_BULK_VAR_FLOOR))
     k0 = jnp.where(use, shape.k0, 0.0)
-    # the summand is (up to constants) log_wj + f(y), y = eps - jump - E[rest]: f(y) ~ t y above the bulk's
-    # mean, a Gaussian tail -y^2 / (2 Var rest) below it; a log-concave bump in the node index (the loss is
-    # increasing along the nodes).  Only the window of JUMP_WINDOW of the nodes around its peak is summed:
-    # a third of the rule spans >= 13 standard deviations of the jump's Gaussian (the rule's windows have
-    # half-width 20 and the nodes are evenly spaced), so the nodes left out carry < 1e-10 of the sum.
+    # ``window`` (a mixture with one non-zero sensitivity, the Poisson-subsampled Gaussian): the summand is (up
+    # to constants) log_wj + f(y), y = eps - jump - E[rest], f the log of the Gaussian part, t y + t^2 v / 2
+    # below y = -t v and -y^2 / (2 v) above it (v = Var rest): one log-concave bump in the node index (the
+    # loss increases along the nodes).  Only the window of 1 / JUMP_WINDOW of the nodes around its peak is
+    # summed: the nodes are evenly spaced over windows of half-width SPLIT_HALF_WIDTH, so a third of them spans
+    # >= 2 SPLIT_HALF_WIDTH / 3 >= 13 standard deviations of the jump's Gaussian, and the nodes left out carry
+    # < 1e-9 of the sum.  Mixtures with several non-zero sensitivities (group privacy) have one bump per
+    # component, possibly farther apart than the window: they sum every node.
     size = ell.shape[0]
     keep = max(JUMP_TOP, -(-size // JUMP_WINDOW))
-    if keep < size:
-        y = es - ell - rest[0]
-        score = log_wj + jnp.where(y < 0, ts * y, -0.5 * y * y / rest[1])
+    if window and keep < size:
+        y, v = es - ell - rest[0], rest[1]
+        score = log_wj + jnp.where(y < -ts * v, ts * y + 0.5 * ts * ts * v, -0.5 * y * y / v)
         first_kept = jnp.clip(argmax(jax.lax.stop_gradient(score)) - keep // 2, 0, size - keep)
         ell, log_wj = (jax.lax.dynamic_slice_in_dim(v, first_kept, keep) for v in (ell, log_wj))
     # the Edgeworth terms on the JUMP_TOP nodes that carry most of the sum (ranked by the Gaussian part,
@@ -271,7 +274,8 @@ def _one_jump_terms(comp, direction, shape, t, eps, split=SPLIT):
         # without jumps (a traced "add", or no zero-sensitivity part) the term is evaluated at harmless
         # stand-ins and dropped: the real tilt there can sit at the bracket's edge, with NaN derivatives
         ts, es = jnp.where(use, t, 1.0), jnp.where(use, eps, 1.0)
-        vals = _one_jump_part(_step_nodes(m, direction, ts, es, split), shape, ts, es, n, use)
+        window = c.shape[0] <= 2  # (static) one non-zero sensitivity: see _one_jump_part
+        vals = _one_jump_part(_step_nodes(m, direction, ts, es, split), shape, ts, es, n, use, window)
         return tuple(jnp.logaddexp(a_, v) for a_, v in zip(acc, vals))
 
     first, second = scan_parts(comp, body, (neg, neg))
@@ -381,7 +385,8 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump=None):
     ``one_jump``: a function returning the exact one-jump summands (:func:`_one_jump_terms`), used where the
     count 1 is visited on its own (stride 1).  It is not evaluated (``lax.cond``; under ``vmap`` both branches
     run) where it cannot matter: given one jump, the summand is at most ``B(t) = max_x e^{-t x} (1 - e^{-x})
-    <= (t / (1 + t))^t / (1 + t)`` (pointwise), so with the count's weight it is bounded; where that bound and
+    <= (t / (1 + t))^t / (1 + t)`` (pointwise), so with the count's weight it is bounded (its Gaussian part; the
+    skewness factor, uncapped above, would have to exceed ~1e10 to use up the margin); where that bound and
     the Edgeworth summand it replaces are both ``e^{-ONE_JUMP_SKIP}`` below the other counts' sum, either
     moves ``log delta`` by less than 3e-11."""
     n, log_w = _counts(shape)
@@ -432,7 +437,7 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     use = nd.has_jumps & (n > 0)
 
     def one_jump():
-        one = _one_jump_part(step, shape, t, eps, n, use)
+        one = _one_jump_part(step, shape, t, eps, n, use, mech.mixture()[1].shape[0] <= 2)
         log_lam = jnp.log(jnp.where(lam > 0, lam, 1.0))
         return one[0] - log_lam, one[1] - log_lam
 
