@@ -49,6 +49,12 @@ CHAR_HETERO = [
     (([1.0, 1.3, 0.9], [1e-3, 2e-3, 5e-4], [4000, 3000, 3000], 1e-6), 0.5704908),
     (([0.8, 1.0, 1.5], [0.01, 0.005, 0.02], [500, 1000, 500], 1e-10), 5.4599481),
     (([2.0, 3.0, 1.2], [0.1, 0.3, 0.05], [100, 50, 200], 1e-8), 7.2598438),
+    # a handful of steps whose tilted jump probabilities differ ~100x between segments (the count of jumps is
+    # Poisson-binomial, far from the binomial with its mean: -7.4 % and -2.6 % before it was used); the
+    # characteristic accountant at commit 27f578e, and dp_accounting's PLD (pessimistic, discretisation 1e-5)
+    # 4.7506100 and 6.9737085; the certified bound 4.7506100 and 6.9737012
+    (([0.42, 0.54, 0.58], [6.4e-3, 7.8e-3, 6.4e-3], [1, 7, 2], 4.9e-6), 4.7506100),
+    (([0.70, 0.61, 1.01], [3.3e-2, 2.9e-2, 4.6e-2], [2, 1, 1], 1.3e-10), 6.9737012),
 ]
 
 # group privacy, MixtureOfGaussians.poisson_group: (sigma, q, group, steps, delta) -> epsilon
@@ -92,6 +98,39 @@ def test_group_mixtures(case, want):
     assert _eps(m, delta, steps) == pytest.approx(want, rel=0.01)
 
 
+def test_a_schedule_is_never_below_its_own_first_step():
+    """Composing more steps cannot lower epsilon: the estimate of a schedule stays above the closed-form
+    epsilon of its one low-noise step (it was 6 % below before the count of jumps was Poisson-binomial)."""
+    sched = jaxdp.Composition.from_schedule(
+        noise_multipliers=[0.42, 0.54], sampling_probs=[6.4e-3, 7.8e-3], counts=[1, 1]
+    )
+    alone = jaxdp.PoissonSubsampledGaussian(0.42, 6.4e-3)
+    for eps in (4.4, 4.75):
+        assert _one_step_delta(0.42, 6.4e-3, eps) == pytest.approx(
+            float(jaxdp.delta_for_epsilon(alone, epsilon=eps, method="saddlepoint")), rel=0.01
+        )
+        got = float(jaxdp.delta_for_epsilon(sched, epsilon=eps, method="saddlepoint"))
+        assert got >= _one_step_delta(0.42, 6.4e-3, eps)
+
+
+def test_count_of_jumps_over_heterogeneous_steps_is_poisson_binomial():
+    """The log pmf of the count of jumps over steps with different jump probabilities against scipy's
+    binomial pmfs convolved (numpy), in the far tail too."""
+    from jaxdp.accountants import _split_saddle as split
+
+    parts = [(1.0, 0.643), (7.0, 0.008), (2.0, 0.02), (300.0, 1e-4)]
+    want = np.zeros(split.NUM_COUNTS)
+    want[0] = 1.0
+    got = jnp.full(split.NUM_COUNTS, split._LOG_ZERO).at[0].set(0.0)
+    with x64():
+        for n, p in parts:
+            want = np.convolve(want, stats.binom.pmf(np.arange(split.NUM_COUNTS), n, p))[: split.NUM_COUNTS]
+            got = split._convolve(got, split._binomial_log_pmf(jnp.asarray(n), jnp.asarray(p)))
+    ok = want > 1e-280
+    assert ok[:12].all()
+    np.testing.assert_allclose(np.asarray(got)[ok], np.log(want[ok]), rtol=1e-10, atol=1e-10)
+
+
 def _one_step_delta(sigma, q, eps):
     """delta(eps) of one Poisson-subsampled Gaussian step, add_or_remove, in closed form.
 
@@ -116,9 +155,7 @@ def _one_step_delta(sigma, q, eps):
 def test_one_step_against_the_closed_form(sigma, q, eps):
     """The few-step tiny-q corner: eps lies between the bulk and the jump mode (delta_2 was 1e6x off here)."""
     want = _one_step_delta(sigma, q, eps)
-    got = float(
-        jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, method="saddlepoint")
-    )
+    got = float(jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, method="saddlepoint"))
     assert got == pytest.approx(want, rel=0.10)
     e = _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), want)
     assert e == pytest.approx(eps, rel=0.01)
@@ -156,6 +193,28 @@ def test_gradients_match_finite_differences(sigma, q, steps, delta):
         fd_q = central_difference(lambda qq: eps(sigma, qq), q)
     assert float(gs) == pytest.approx(fd_s, rel=1e-5)
     assert float(gq) == pytest.approx(fd_q, rel=1e-5)
+
+
+@pytest.mark.parametrize(
+    "sigmas,qs,counts,delta",
+    [
+        ([0.70, 0.61, 1.01], [3.3e-2, 2.9e-2, 4.6e-2], [2, 1, 1], 1.3e-10),
+        ([1.0, 1.3, 0.9], [1e-3, 2e-3, 5e-4], [4000, 3000, 3000], 1e-6),
+    ],
+)
+def test_schedule_gradients_match_finite_differences(sigmas, qs, counts, delta):
+    def eps(s, qq):
+        m = jaxdp.Composition.from_schedule(noise_multipliers=s, sampling_probs=qq, counts=counts)
+        return jaxdp.epsilon_for_delta(m, delta=delta, method="saddlepoint")
+
+    with x64():
+        s0, q0 = jnp.asarray(sigmas), jnp.asarray(qs)
+        gs, gq = jax.grad(eps, argnums=(0, 1))(s0, q0)
+        for i in range(3):
+            fd_s = central_difference(lambda v, i=i: eps(s0.at[i].set(v), q0), sigmas[i], rel_step=1e-4)
+            fd_q = central_difference(lambda v, i=i: eps(s0, q0.at[i].set(v)), qs[i], rel_step=1e-4)
+            assert float(gs[i]) == pytest.approx(fd_s, rel=1e-5)
+            assert float(gq[i]) == pytest.approx(fd_q, rel=1e-5)
 
 
 def test_saddlepoint_terms_report_the_estimate_and_a_small_indicator():

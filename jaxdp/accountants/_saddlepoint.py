@@ -108,15 +108,20 @@ def certified_log_delta_at(comp, direction, t, epsilon):
 
 
 def _certified_upper(comp, direction, t, epsilon=None):
-    """``(eps, log(delta_2 + bound) + margins)`` at tilt ``t`` from the checked moments, NaN where unverified.
+    """``(eps, log min(delta_2 + bound, Chernoff bound) + margins)`` at tilt ``t`` from the checked moments,
+    NaN where unverified.
 
-    ``epsilon=None`` takes the point of the saddle-point curve, ``eps = K'(t) - 1/t - 1/(1+t)``.
+    ``epsilon=None`` takes the point of the saddle-point curve, ``eps = K'(t) - 1/t - 1/(1+t)``.  The Chernoff
+    bound ``e^{K(t) - t eps} (t / (1 + t))^t / (1 + t)`` (``delta = e^{K - t eps} E_t[e^{-t x} (1 - e^{-x})_+]``,
+    ``x = L - eps``, and the integrand is at most that maximum) is the tighter of the two where the
+    Berry-Esseen term, additive, exceeds it: where the loss is far from Gaussian (rare jumps: small q).
     """
     m = comp.checked_moments(t, direction)
     eps = m.k1 - 1.0 / t - 1.0 / (1.0 + t) if epsilon is None else epsilon
     log_d2, _ = log_deltas(m.k0, m.k1, m.k2, t, eps)
     log_b = _log_bound_from(comp, m.k0, m.k2, m.abs3, t, eps)
-    upper = jnp.logaddexp(log_d2, log_b) + m.k0_error + LOG_DELTA_MARGIN
+    log_chernoff = m.k0 - eps * t - jnp.log1p(t) - t * jnp.log1p(1.0 / t)
+    upper = jnp.minimum(jnp.logaddexp(log_d2, log_b), log_chernoff) + m.k0_error + LOG_DELTA_MARGIN
     ok = m.resolved & (t > 0) & jnp.isfinite(t) & jnp.isfinite(upper) & jnp.isfinite(eps)
     return eps, jnp.where(ok, upper, jnp.nan)
 

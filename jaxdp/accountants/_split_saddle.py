@@ -53,14 +53,12 @@ from jaxdp.mechanisms import (
     rule_log_moment,
     scan_parts,
 )
-from jaxdp.numerics import argmax, bracketed_newton, log_ndtr, log_sub_exp, solve_decreasing
+from jaxdp.numerics import argmax, bracketed_newton, log1mexp, log_ndtr, log_sub_exp, solve_decreasing
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
 SPLIT_WIDTH = 0.02
 #: nodes per window of the quadrature rule of the split moments (the sigmoid must be resolved)
 SPLIT_NODES = 256
-#: half-width (standard deviations) of each window of that rule
-SPLIT_HALF_WIDTH = 20.0
 #: counts of jumps visited by the mixture sum
 NUM_COUNTS = 64
 #: reach of the visited counts around the tilted mean number of jumps, in standard deviations
@@ -84,10 +82,13 @@ class SplitShape(NamedTuple):
     """Cumulants of the composed tilted loss at ``t`` split by the number of jumps (all float64)."""
 
     k0: jax.Array  # K(t)
-    steps: jax.Array  # T
+    steps: jax.Array  # the count of jumps' number of trials: T, less for heterogeneous steps (see _trials)
     jumps: jax.Array  # T p_J, the tilted mean number of jumps
     bulk: jax.Array  # (4,) cumulants with no jump
     swap: jax.Array  # (4,) change of the cumulants per jump
+    #: (NUM_COUNTS,) log P(K = k), k = 0, 1, ..., of the count of jumps over heterogeneous steps (their
+    #: Poisson-binomial law, exact), or None where every step has the same jump probability (a binomial)
+    count_log_pmf: jax.Array | None = None
 
 
 def _node_cumulants(log_w, ell):
@@ -141,11 +142,10 @@ class _TiltedNodes(NamedTuple):
     log_m: jax.Array  # log E[e^{t L}] of the step, K(t) / T
 
 
-def _tilted_nodes(mech, direction, t, nodes_per_window: int | None = None) -> _TiltedNodes:
+def _tilted_nodes(mech, direction, t, nodes_per_window: int = SPLIT_NODES) -> _TiltedNodes:
     log_p, c, sigma = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
-    npw = SPLIT_NODES if nodes_per_window is None else nodes_per_window
-    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=npw, half_width=SPLIT_HALF_WIDTH)
+    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=nodes_per_window)
     ell = sign * rule.log_r
     log_w = lam * rule.log_r + rule.log_w
     log_w = log_w - jax.nn.logsumexp(log_w)
@@ -201,14 +201,83 @@ def split_shape(comp, direction, t, eps, split=SPLIT) -> SplitShape:
     zero4 = jnp.zeros(4)
 
     def body(acc, m, n):
-        steps, lam, a, jp, bp = acc
+        steps, lam, lam2, a, sw, pmf = acc
         pj, b, j = step_split(m, direction, t, eps, split)
-        return steps + n, lam + n * pj, a + n * b, jp + n * pj * j, bp + n * pj * b
+        sw = sw + n * pj * _raw_moments(j - b)
+        return steps + n, lam + n * pj, lam2 + n * pj * pj, a + n * b, sw, _convolve(pmf, _binomial_log_pmf(n, pj))
 
-    steps, lam, a, jp, bp = scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(()), zero4, zero4, zero4))
+    pmf0 = jnp.full(NUM_COUNTS, _LOG_ZERO).at[0].set(0.0)
+    init = (jnp.zeros(()), jnp.zeros(()), jnp.zeros(()), zero4, zero4, pmf0)
+    steps, lam, lam2, a, sw, pmf = scan_parts(comp, body, init)
     safe = jnp.where(lam > 0, lam, 1.0)
-    swap = jnp.where(lam > 0, (jp - bp) / safe, 0.0)
-    return SplitShape(comp.cgf(t, direction), steps, lam, a, swap)
+    swap = jnp.where(lam > 0, _cumulants(sw / safe), 0.0)
+    return SplitShape(comp.cgf(t, direction), _trials(steps, lam, lam2), lam, a, swap, pmf)
+
+
+def _binomial_log_pmf(n, p):
+    """``log P(K = k)``, ``k = 0 .. NUM_COUNTS - 1``, of ``K ~ Binomial(n, p)`` (``_LOG_ZERO`` for none)."""
+    k = jnp.arange(NUM_COUNTS, dtype=jnp.float64)
+    ok = k <= n
+    log_p = jnp.log(jnp.where(p > 0, p, 1.0))
+    log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
+    out = (
+        jax.lax.lgamma(n + 1.0)
+        - jax.lax.lgamma(k + 1.0)
+        - jax.lax.lgamma(jnp.maximum(n - k, 0.0) + 1.0)
+        + jnp.where(k > 0, k * log_p, 0.0)
+        + jnp.where(n - k > 0, (n - k) * log_q, 0.0)
+    )
+    ok = ok & ~((p == 0) & (k > 0)) & ~((p == 1) & (k < n))
+    return jnp.where(ok, out, _LOG_ZERO)
+
+
+def _convolve(a, b):
+    """The log pmf of the sum of two independent counts, from theirs (first NUM_COUNTS values)."""
+    i = jnp.arange(NUM_COUNTS)
+    lag = i[:, None] - i[None, :]
+    shifted = jnp.where(lag >= 0, b[jnp.clip(lag, 0, NUM_COUNTS - 1)], _LOG_ZERO)
+    return jnp.maximum(jax.nn.logsumexp(a[None, :] + shifted, axis=1), _LOG_ZERO)
+
+
+def _trials(steps, lam, lam2):
+    """The number of trials of the binomial law of the count of jumps: the integer nearest ``lam^2 / lam2``
+    (``lam2 = sum_i p_J,i^2`` over the steps), so that the binomial has the mean and about the variance of the
+    true Poisson-binomial count (Ehm 1991); ``steps`` where every step has the same jump probability."""
+    steps, lam, lam2 = (jax.lax.stop_gradient(v) for v in (steps, lam, lam2))
+    ratio = jnp.where(lam2 > 0, lam * lam / jnp.where(lam2 > 0, lam2, 1.0), steps)
+    return jnp.clip(jnp.round(ratio), jnp.minimum(jnp.ceil(lam), steps), steps)
+
+
+def _raw_moments(k):
+    """The "moments" ``m1..m4`` of the cumulants ``k1..k4`` (of ``e^{K(s)}``'s expansion)."""
+    k1, k2, k3, k4 = k[0], k[1], k[2], k[3]
+    return jnp.stack(
+        [
+            k1,
+            k2 + k1 * k1,
+            k3 + 3.0 * k1 * k2 + k1**3,
+            k4 + 4.0 * k1 * k3 + 3.0 * k2 * k2 + 6.0 * k1 * k1 * k2 + k1**4,
+        ]
+    )
+
+
+def _cumulants(m):
+    """Inverse of :func:`_raw_moments`."""
+    m1, m2, m3, m4 = m[0], m[1], m[2], m[3]
+    return jnp.stack(
+        [
+            m1,
+            m2 - m1 * m1,
+            m3 - 3.0 * m1 * m2 + 2.0 * m1**3,
+            m4 - 4.0 * m1 * m3 - 3.0 * m2 * m2 + 12.0 * m1 * m1 * m2 - 6.0 * m1**4,
+        ]
+    )
+
+
+def _one_bump(mech) -> bool:
+    """(static) whether ``mech`` has one non-zero sensitivity, so one bump in the one-jump summand (see
+    :func:`_one_jump_part`)."""
+    return mech.mixture()[1].shape[0] <= 2
 
 
 def _one_jump_part(step_nodes, shape, ts, es, n, use, window=False):
@@ -225,8 +294,8 @@ def _one_jump_part(step_nodes, shape, ts, es, n, use, window=False):
     # to constants) log_wj + f(y), y = eps - jump - E[rest], f the log of the Gaussian part, t y + t^2 v / 2
     # below y = -t v and -y^2 / (2 v) above it (v = Var rest): one log-concave bump in the node index (the
     # loss increases along the nodes).  Only the window of 1 / JUMP_WINDOW of the nodes around its peak is
-    # summed: the nodes are evenly spaced over windows of half-width SPLIT_HALF_WIDTH, so a third of them spans
-    # >= 2 SPLIT_HALF_WIDTH / 3 >= 13 standard deviations of the jump's Gaussian, and the nodes left out carry
+    # summed: the nodes are evenly spaced over windows of the quadrature's half-width (20), so a third of them
+    # spans >= 2 * 20 / 3 >= 13 standard deviations of the jump's Gaussian, and the nodes left out carry
     # < 1e-9 of the sum.  Mixtures with several non-zero sensitivities (group privacy) have one bump per
     # component, possibly farther apart than the window: they sum every node.
     size = ell.shape[0]
@@ -274,13 +343,17 @@ def _one_jump_terms(comp, direction, shape, t, eps, split=SPLIT):
         # without jumps (a traced "add", or no zero-sensitivity part) the term is evaluated at harmless
         # stand-ins and dropped: the real tilt there can sit at the bracket's edge, with NaN derivatives
         ts, es = jnp.where(use, t, 1.0), jnp.where(use, eps, 1.0)
-        window = c.shape[0] <= 2  # (static) one non-zero sensitivity: see _one_jump_part
-        vals = _one_jump_part(_step_nodes(m, direction, ts, es, split), shape, ts, es, n, use, window)
-        return tuple(jnp.logaddexp(a_, v) for a_, v in zip(acc, vals))
+        nodes = _step_nodes(m, direction, ts, es, split)
+        # given one jump among the steps, it is this part's with odds n p_J / (1 - p_J)
+        log_pj = jnp.minimum(jax.nn.logsumexp(nodes[2] + nodes[3]), 0.0)
+        log_odds = jnp.where(use, log_pj - log1mexp(jnp.minimum(log_pj, -1e-12)), 0.0)
+        vals = _one_jump_part(nodes, shape, ts, es, n, use, _one_bump(m))
+        log_n = jnp.log(jnp.where(n > 0, n, 1.0))
+        norm = jnp.logaddexp(acc[2], jnp.where(use, log_n + log_odds, _LOG_ZERO))
+        return (*(jnp.logaddexp(a_, v - log_pj + log_odds) for a_, v in zip(acc[:2], vals)), norm)
 
-    first, second = scan_parts(comp, body, (neg, neg))
-    log_lam = jnp.log(jnp.where(shape.jumps > 0, shape.jumps, 1.0))
-    return first - log_lam, second - log_lam
+    first, second, log_norm = scan_parts(comp, body, (neg, neg, neg))
+    return first - log_norm, second - log_norm
 
 
 def _hermite(k, z):
@@ -361,6 +434,10 @@ def _counts(shape):
     n = lo + stride * jnp.arange(NUM_COUNTS)
     ok = n <= hi
     n = jnp.where(ok, n, lo)
+    exact = None
+    if shape.count_log_pmf is not None:  # heterogeneous steps: their exact count law where it covers the counts
+        exact = (stride == 1) & (hi < NUM_COUNTS)
+        from_pmf = shape.count_log_pmf[jnp.clip(n, 0, NUM_COUNTS - 1).astype(jnp.int32)]
     log_p = jnp.log(jnp.where(p > 0, p, 1.0))
     log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
     log_pmf = (
@@ -372,6 +449,8 @@ def _counts(shape):
     )
     log_pmf = jnp.where((p == 0) & (n > 0), -jnp.inf, log_pmf)
     log_pmf = jnp.where((p == 1) & (n < steps), -jnp.inf, log_pmf)
+    if exact is not None:
+        log_pmf = jnp.where(exact, jnp.where(from_pmf > 0.5 * _LOG_ZERO, from_pmf, -jnp.inf), log_pmf)
     return n, jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
 
 
@@ -421,6 +500,11 @@ def _single_part(comp):
     return None
 
 
+def _nodes_eps(nd: _TiltedNodes, n, t):
+    """The saddle-point curve's ``eps(t) = K'(t) - 1/t - 1/(1+t)`` for ``n`` steps, from one step's nodes."""
+    return n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
+
+
 def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     """``(eps, shape, (first, second))`` of ``n`` steps of one mixture at tilt ``t`` from ONE node set: the
     composed ``K(t)``, ``K'(t)`` (for ``eps = None``, the point ``eps(t) = K'(t) - 1/t - 1/(1+t)`` of the
@@ -429,7 +513,7 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     t = jnp.asarray(t, jnp.float64)
     nd = _tilted_nodes(mech, direction, t) if nodes is None else nodes
     if eps is None:
-        eps = n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
+        eps = _nodes_eps(nd, n, t)
     step = (nd.has_jumps, nd.ell, nd.log_w, *_split_logs(nd, eps, split))
     pj, bulk, jump = _split_cumulants(*step)
     lam = n * pj
@@ -437,7 +521,7 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     use = nd.has_jumps & (n > 0)
 
     def one_jump():
-        one = _one_jump_part(step, shape, t, eps, n, use, mech.mixture()[1].shape[0] <= 2)
+        one = _one_jump_part(step, shape, t, eps, n, use, _one_bump(mech))
         log_lam = jnp.log(jnp.where(lam > 0, lam, 1.0))
         return one[0] - log_lam, one[1] - log_lam
 
@@ -532,11 +616,12 @@ class SplitTerms(NamedTuple):
     error_indicator: jax.Array
 
 
-def _split_terms_at(comp, direction, t, eps, split=SPLIT):
-    """``(expected jumps, (first, second))`` at tilt ``t`` and ``eps``."""
+def _split_terms_at(comp, direction, t, eps, split=SPLIT, nodes=None):
+    """``(expected jumps, (first, second))`` at tilt ``t`` and ``eps`` (``nodes``: the node set of a single
+    part, when the caller has it)."""
     single = _single_part(comp)
     if single is not None:
-        _, shape, terms = _fused_at(*single, direction, t, eps, split)
+        _, shape, terms = _fused_at(*single, direction, t, eps, split, nodes=nodes)
     else:
         shape, terms = _log_delta_at(comp, direction, t, eps, split)
     return shape.jumps, terms
@@ -550,13 +635,10 @@ def _split_terms_and_spread(comp, direction, t, eps):
     """:func:`_split_terms_at` and the largest change of its ``log delta`` under the other split points
     (:data:`SPLIT_VARIANTS`)."""
     single = _single_part(comp)
-    if single is not None:  # one node set for all the split points (it does not depend on them)
-        nodes = _tilted_nodes(single[0], direction, jnp.asarray(t, jnp.float64))
-        out = [_fused_at(*single, direction, t, eps, v, nodes=nodes) for v in (SPLIT, *SPLIT_VARIANTS)]
-        jumps, terms, others = out[0][1].jumps, out[0][2], jnp.stack([o[2][0] for o in out[1:]])
-    else:
-        jumps, terms = _split_terms_at(comp, direction, t, eps)
-        others = jnp.stack([_split_terms_at(comp, direction, t, eps, v)[1][0] for v in SPLIT_VARIANTS])
+    # a single part: one node set for all the split points (it does not depend on them)
+    nodes = None if single is None else _tilted_nodes(single[0], direction, jnp.asarray(t, jnp.float64))
+    jumps, terms = _split_terms_at(comp, direction, t, eps, nodes=nodes)
+    others = jnp.stack([_split_terms_at(comp, direction, t, eps, v, nodes)[1][0] for v in SPLIT_VARIANTS])
     return jumps, terms, jnp.max(jnp.abs(others - terms[0]))
 
 
@@ -668,8 +750,7 @@ def _split_curve_eps(comp, direction, t):
     if single is None:
         return eps_on_curve(comp, direction, t)
     mech, n = single
-    nd = _tilted_nodes(mech, direction, jnp.asarray(t, jnp.float64))
-    return n * jnp.sum(jnp.exp(nd.log_w) * nd.ell) - 1.0 / t - 1.0 / (1.0 + t)
+    return _nodes_eps(_tilted_nodes(mech, direction, jnp.asarray(t, jnp.float64)), n, t)
 
 
 def _nojump_curve_eps(comp, direction, t):
