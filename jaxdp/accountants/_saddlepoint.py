@@ -6,8 +6,8 @@ the reference where DP-SGD is run, ~4 ms an epsilon query); ``"saddlepoint-delta
 approximation ``delta_2`` of the paper at ``t*`` (~1 ms, 20-200 % off in epsilon at small q).  Both are
 estimates, not bounds.
 ``delta_2`` is also the starting point of the other accountants and the base of the certified bound.
-``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound)`` with a Berry-Esseen error bound valid
-at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
+``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound, Chernoff bound)`` with a Berry-Esseen error
+bound valid at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
 and where the moments cannot be resolved the bound is vacuous (delta = 1).  Root solves are bracketed
 Newton iterations in ``log t`` with implicit gradients (``jax.lax.custom_root``).
 
