@@ -145,7 +145,7 @@ class _TiltedNodes(NamedTuple):
 def _tilted_nodes(mech, direction, t, nodes_per_window: int = SPLIT_NODES) -> _TiltedNodes:
     log_p, c, sigma = mech.mixture()
     lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
-    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=nodes_per_window)
+    rule = mixture_rule(jnp.real(lam), log_p, c / sigma, nodes_per_window=nodes_per_window, moving_nodes=True)
     ell = sign * rule.log_r
     log_w = lam * rule.log_r + rule.log_w
     log_w = log_w - jax.nn.logsumexp(log_w)
