@@ -93,6 +93,37 @@ def _issue_targets():
     return lines
 
 
+def _gradient_section():
+    lines = ["", "## Gradients against float64 central differences (reference epsilon rows)", ""]
+    lines += ["| case | steps | d eps/d sigma | rel. err | d eps/d q | rel. err |", "|---|---|---|---|---|---|"]
+    rows = [r for r in reference_values.ROWS if r["mechanism"] == "poisson_gaussian" and r["query"] == "epsilon"]
+    worst = 0.0
+    with jax.enable_x64(True):
+        for r in rows:
+
+            def e(s, qq, r=r):
+                return _eps("saddlepoint", s, qq, r["steps"], r["delta"])
+
+            gs, gq = jax.grad(e, argnums=(0, 1))(r["sigma"], r["q"])
+            hs, hq = 1e-5 * r["sigma"], 1e-5 * r["q"]
+            fs = (float(e(r["sigma"] + hs, r["q"])) - float(e(r["sigma"] - hs, r["q"]))) / (2 * hs)
+            fq = (float(e(r["sigma"], r["q"] + hq)) - float(e(r["sigma"], r["q"] - hq))) / (2 * hq)
+            es, eq = abs(float(gs) - fs) / abs(fs), abs(float(gq) - fq) / abs(fq)
+            worst = max(worst, es, eq)
+            lines.append(f"| {r['case']} | {r['steps']} | {float(gs):.6g} | {es:.1e} | {float(gq):.6g} | {eq:.1e} |")
+    return [*lines, "", f"Worst relative gradient error: {worst:.1e} (target <= 1e-5).", ""]
+
+
+def _replace_section(path, heading, section):
+    """``section`` in place of the one under ``heading`` in the markdown file ``path`` (appended if absent)."""
+    text = open(path).read() if os.path.exists(path) else ""
+    start = text.find(heading)
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n## ", start + 1)
+    return text[:start] + section + ("\n" + text[end + 1 :] if end > 0 else "")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(HERE, "results", "saddlepoint.md"))
@@ -100,7 +131,17 @@ def main():
     ap.add_argument(
         "--targets-only", action="store_true", help="only the issue's targets section, replaced in the existing --out"
     )
+    ap.add_argument(
+        "--gradients-only", action="store_true", help="only the gradients section, replaced in the existing --out"
+    )
     a = ap.parse_args()
+    if a.gradients_only:
+        section = "\n".join(_gradient_section()).strip("\n") + "\n"
+        text = _replace_section(a.out, "## Gradients against", section)
+        with open(a.out, "w") as fh:
+            fh.write(text)
+        print(section)
+        return
     if a.targets_only:
         section = "\n".join(_issue_targets()).strip("\n") + "\n"
         text = open(a.out).read() if os.path.exists(a.out) else ""
@@ -161,22 +202,7 @@ def main():
                 lines.append(f"| {n} | {method}, jax.lax.map(batch_size=500) | {dt:.2f} | {dt / n * 1e6:.0f} us |")
 
         lines += _issue_targets()
-        lines += ["", "## Gradients against float64 central differences (reference epsilon rows)", ""]
-        lines += ["| case | steps | d eps/d sigma | rel. err | d eps/d q | rel. err |", "|---|---|---|---|---|---|"]
-        rows = [r for r in reference_values.ROWS if r["mechanism"] == "poisson_gaussian" and r["query"] == "epsilon"]
-        worst = 0.0
-        for r in rows:
-            def e(s, qq, r=r):
-                return _eps("saddlepoint", s, qq, r["steps"], r["delta"])
-
-            gs, gq = jax.grad(e, argnums=(0, 1))(r["sigma"], r["q"])
-            hs, hq = 1e-5 * r["sigma"], 1e-5 * r["q"]
-            fs = (float(e(r["sigma"] + hs, r["q"])) - float(e(r["sigma"] - hs, r["q"]))) / (2 * hs)
-            fq = (float(e(r["sigma"], r["q"] + hq)) - float(e(r["sigma"], r["q"] - hq))) / (2 * hq)
-            es, eq = abs(float(gs) - fs) / abs(fs), abs(float(gq) - fq) / abs(fq)
-            worst = max(worst, es, eq)
-            lines.append(f"| {r['case']} | {r['steps']} | {float(gs):.6g} | {es:.1e} | {float(gq):.6g} | {eq:.1e} |")
-        lines += ["", f"Worst relative gradient error: {worst:.1e} (target <= 1e-5).", ""]
+        lines += _gradient_section()
 
     if not a.no_peers:
         lines += ["## Ratio to the peers on the same query (sigma=1, q=0.01, 1000 steps, delta=1e-5)", ""]
