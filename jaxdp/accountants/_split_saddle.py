@@ -422,7 +422,8 @@ def _log_terms(k0, kappa, t, eps):
 
 
 def _counts(shape):
-    """The visited jump counts and their log weights (Binomial pmf times the stride)."""
+    """The visited jump counts and their log weights (Binomial pmf times the stride; for heterogeneous steps
+    the exact Poisson-binomial pmf at every count ``0..NUM_COUNTS - 1`` where those cover the count's reach)."""
     steps, lam = shape.steps, shape.jumps
     p = jnp.clip(lam / jnp.maximum(steps, 1.0), 0.0, 1.0)
     # the visited counts are discrete: no derivative flows through where they are
@@ -434,10 +435,6 @@ def _counts(shape):
     n = lo + stride * jnp.arange(NUM_COUNTS)
     ok = n <= hi
     n = jnp.where(ok, n, lo)
-    exact = None
-    if shape.count_log_pmf is not None:  # heterogeneous steps: their exact count law where it covers the counts
-        exact = (stride == 1) & (hi < NUM_COUNTS)
-        from_pmf = shape.count_log_pmf[jnp.clip(n, 0, NUM_COUNTS - 1).astype(jnp.int32)]
     log_p = jnp.log(jnp.where(p > 0, p, 1.0))
     log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
     log_pmf = (
@@ -449,9 +446,15 @@ def _counts(shape):
     )
     log_pmf = jnp.where((p == 0) & (n > 0), -jnp.inf, log_pmf)
     log_pmf = jnp.where((p == 1) & (n < steps), -jnp.inf, log_pmf)
-    if exact is not None:
-        log_pmf = jnp.where(exact, jnp.where(from_pmf > 0.5 * _LOG_ZERO, from_pmf, -jnp.inf), log_pmf)
-    return n, jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
+    out = jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
+    if shape.count_log_pmf is not None:
+        # not capped at the binomial's number of trials (an approximation of the spread): the exact law reaches
+        # up to T jumps, and its pmf is 0 past T
+        exact = jnp.ceil(lam_c + COUNT_REACH * sd + 8.0) < NUM_COUNTS
+        pmf = shape.count_log_pmf
+        n = jnp.where(exact, jnp.arange(NUM_COUNTS, dtype=n.dtype), n)
+        out = jnp.where(exact, jnp.where(pmf > 0.5 * _LOG_ZERO, pmf, -jnp.inf), out)
+    return n, out
 
 
 #: the exact one-jump term is skipped where a bound on it is this far (in log) below the other counts' sum
