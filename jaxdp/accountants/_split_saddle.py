@@ -214,10 +214,8 @@ def split_shape(comp, direction, t, eps, split=SPLIT) -> SplitShape:
     return SplitShape(comp.cgf(t, direction), _trials(steps, lam, lam2), lam, a, swap, pmf)
 
 
-def _binomial_log_pmf(n, p):
-    """``log P(K = k)``, ``k = 0 .. NUM_COUNTS - 1``, of ``K ~ Binomial(n, p)`` (``_LOG_ZERO`` for none)."""
-    k = jnp.arange(NUM_COUNTS, dtype=jnp.float64)
-    ok = k <= n
+def _binomial_log_pmf_at(k, n, p):
+    """``log P(K = k)`` of ``K ~ Binomial(n, p)`` (``-inf`` where ``k`` cannot occur)."""
     log_p = jnp.log(jnp.where(p > 0, p, 1.0))
     log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
     out = (
@@ -227,8 +225,14 @@ def _binomial_log_pmf(n, p):
         + jnp.where(k > 0, k * log_p, 0.0)
         + jnp.where(n - k > 0, (n - k) * log_q, 0.0)
     )
-    ok = ok & ~((p == 0) & (k > 0)) & ~((p == 1) & (k < n))
-    return jnp.where(ok, out, _LOG_ZERO)
+    ok = (k <= n) & ~((p == 0) & (k > 0)) & ~((p == 1) & (k < n))
+    return jnp.where(ok, out, -jnp.inf)
+
+
+def _binomial_log_pmf(n, p):
+    """``log P(K = k)``, ``k = 0 .. NUM_COUNTS - 1``, of ``K ~ Binomial(n, p)`` (``_LOG_ZERO`` for none)."""
+    out = _binomial_log_pmf_at(jnp.arange(NUM_COUNTS, dtype=jnp.float64), n, p)
+    return jnp.where(out > -jnp.inf, out, _LOG_ZERO)
 
 
 def _convolve(a, b):
@@ -435,18 +439,7 @@ def _counts(shape):
     n = lo + stride * jnp.arange(NUM_COUNTS)
     ok = n <= hi
     n = jnp.where(ok, n, lo)
-    log_p = jnp.log(jnp.where(p > 0, p, 1.0))
-    log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
-    log_pmf = (
-        jax.lax.lgamma(steps + 1.0)
-        - jax.lax.lgamma(n + 1.0)
-        - jax.lax.lgamma(jnp.maximum(steps - n, 0.0) + 1.0)
-        + jnp.where(n > 0, n * log_p, 0.0)
-        + jnp.where(steps - n > 0, (steps - n) * log_q, 0.0)
-    )
-    log_pmf = jnp.where((p == 0) & (n > 0), -jnp.inf, log_pmf)
-    log_pmf = jnp.where((p == 1) & (n < steps), -jnp.inf, log_pmf)
-    out = jnp.where(ok, log_pmf + jnp.log(stride), -jnp.inf)
+    out = jnp.where(ok, _binomial_log_pmf_at(n, steps, p) + jnp.log(stride), -jnp.inf)
     if shape.count_log_pmf is not None:
         # not capped at the binomial's number of trials (an approximation of the spread): the exact law reaches
         # up to T jumps, and its pmf is 0 past T
