@@ -72,6 +72,10 @@ SLOW_TESTS = {
     "tests/test_calibrate.py::test_num_steps_is_the_largest_count_the_certified_check_passes",  # 14 s
     # 240 s with the split estimate as "saddlepoint"; test_mixture_values_under_a_users_jit_with_x64_off stays
     "tests/test_fixed_batch.py::test_mixtures_under_a_users_jit_grad_and_vmap_with_x64_off",
+    # 2026-11-26, the split estimate's programs (cold cache, 2 cores): test_saddlepoint_split.py keeps a schedule
+    # gradient and the stacked schedules
+    "tests/test_schedules.py::test_stacked_equals_part_by_part[saddlepoint]",  # 120 s
+    "tests/test_schedules.py::test_schedule_gradient_matches_finite_differences",  # 83 s
 }
 
 

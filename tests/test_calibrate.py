@@ -192,11 +192,13 @@ def test_jit_equals_eager_and_no_recompilation():
 # -- implicit gradients -----------------------------------------------------------------------
 
 
-def test_implicit_gradients_match_finite_differences():
+# the split estimate's calibration compiles for ~8 min under grad on two cores: -m slow (delta_2's in the default run)
+@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)])
+def test_implicit_gradients_match_finite_differences(method):
     """d sigma / d(target, delta, q, steps) by the implicit function theorem (estimate's equation)."""
 
     def f(t, d, q, n):
-        return _sigma(target=t, delta=d, q=q, steps=n, method="saddlepoint", certify=None).noise_multiplier
+        return _sigma(target=t, delta=d, q=q, steps=n, method=method, certify=None).noise_multiplier
 
     x = (4.0, 1e-6, 0.02, 1000.0)
     with x64():

@@ -168,7 +168,7 @@ def test_calibrate_q_and_steps_human(capsys):
         ("calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 10 --certify saddlepoint", "certify"),
         (
             "calibrate --target-epsilon 0.5 --delta 1e-5 --solve-for steps --sigma 0.3 --q 1 "
-            "--method saddlepoint --certify saddlepoint-certified",
+            "--method saddlepoint-delta2 --certify saddlepoint-certified",
             "even one step exceeds the budget",
         ),
     ],
@@ -179,12 +179,15 @@ def test_calibrate_bad_input(capsys, argv, fragment):
     assert fragment in err and len(err.strip().splitlines()) == 1
 
 
-def test_sweep_writes_csv_and_heatmap(capsys, tmp_path):
+# the default estimate (the split saddle point, vmapped over the grid) compiles for ~2.5 min on two cores: -m slow;
+# the default run sweeps with the one-Gaussian delta_2
+@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)])
+def test_sweep_writes_csv_and_heatmap(capsys, tmp_path, method):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
     argv = (
         "sweep --target-epsilon 4 --delta 1e-5 --q 0.005,0.05 --steps 300,3000 --certify saddlepoint-certified "
-        f"--out {out} --plot {png}"
+        f"--method {method} --out {out} --plot {png}"
     )
     assert main(argv.split()) == 0
     rows = out.read_text().strip().splitlines()

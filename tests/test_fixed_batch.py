@@ -45,10 +45,14 @@ def test_binomial_weights_match_scipy(q, g):
         assert np.all(p[k - 1, k + 1 :] == 0)
 
 
-def test_poisson_group_of_one_is_the_subsampled_gaussian():
+# (the split estimate compiles a program per mixture shape, ~70 s cold on two cores: -m slow)
+@pytest.mark.parametrize(
+    "methods", [("saddlepoint-delta2", "rdp"), pytest.param(("saddlepoint",), marks=pytest.mark.slow)]
+)
+def test_poisson_group_of_one_is_the_subsampled_gaussian(methods):
     psg = jaxdp.PoissonSubsampledGaussian(1.1, 0.02)
     mix = jaxdp.MixtureOfGaussians.poisson_group(1.1, 0.02, 1)
-    for method in ("saddlepoint", "rdp"):
+    for method in methods:
         a = float(jaxdp.epsilon_for_delta(psg, delta=1e-6, num_steps=500, method=method))
         b = float(jaxdp.epsilon_for_delta(mix, delta=1e-6, num_steps=500, method=method))
         assert b == pytest.approx(a, rel=1e-9), method
@@ -214,10 +218,10 @@ def test_cli_calibrate_fixed_batch(capsys):
     r = _json(
         capsys,
         f"calibrate --target-epsilon 3 --delta {DELTA} --steps {STEPS} --sampling fixed --dataset-size {N} "
-        f"--batch-size {B} --method saddlepoint --certify none --json".split(),
+        f"--batch-size {B} --method saddlepoint-delta2 --certify none --json".split(),
     )
     m = jaxdp.MixtureOfGaussians.fixed_batch_group(r["sigma"], dataset_size=N, batch_size=B)
-    eps = float(jaxdp.epsilon_for_delta(m, delta=DELTA, num_steps=STEPS, method="saddlepoint"))
+    eps = float(jaxdp.epsilon_for_delta(m, delta=DELTA, num_steps=STEPS, method="saddlepoint-delta2"))
     assert eps == pytest.approx(3.0, rel=1e-4)
     assert r["sampling"] == "fixed"
 
@@ -285,7 +289,9 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
         assert eps == pytest.approx(4.0, rel=1e-4)
 
 
-def test_mixture_values_under_a_users_jit_with_x64_off():
+# delta_2 in the default run; the split estimate (a program per mixture shape, ~2.5 min cold) with -m slow
+@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)])
+def test_mixture_values_under_a_users_jit_with_x64_off(method):
     """The default run's check of the next test (-m slow): under a user's jit with x64 off, both mixture
     families give the float64 run's epsilon (their probabilities reach jaxdp rounded to float32)."""
     import jax
@@ -298,7 +304,7 @@ def test_mixture_values_under_a_users_jit_with_x64_off():
         lambda s: jaxdp.MixtureOfGaussians.poisson_group(s, 0.01, 4),
     ):
         def eps(s, make=make):
-            return jaxdp.epsilon_for_delta(make(s), delta=DELTA, num_steps=STEPS, method="saddlepoint")
+            return jaxdp.epsilon_for_delta(make(s), delta=DELTA, num_steps=STEPS, method=method)
 
         got = float(jax.jit(eps)(2.0))
         with x64():

@@ -20,6 +20,19 @@ from jaxdp.numerics import to_f64
 class TestSaddlepointConformance(AccountantConformance):
     method = "saddlepoint"
     certified = False
+    # each compiles a new split-estimate program (80-130 s cold on 2 cores): run with -m slow.  d eps / d sigma,
+    # vmap, the user's jit and validation stay in the default run; d eps / d q against finite differences is
+    # tests/test_saddlepoint_split.py's, schedules are too
+    slow_checks = frozenset(
+        {
+            "test_jit_equals_eager",
+            "test_gradients_finite_on_a_grid",
+            "test_grad_epsilon_wrt_q",
+            "test_grad_delta_wrt_sigma",
+            "test_traced_invalid_input_gives_nan",
+            "test_heterogeneous_composition",
+        }
+    )
 
 
 class TestSaddlepointCertifiedConformance(AccountantConformance):
@@ -89,6 +102,7 @@ def test_reference_delta_rows_certified_upper(row):
     assert upper >= row["delta"]
 
 
+@pytest.mark.slow  # its own jit(grad) program (~2 min cold); the finite-difference checks below cover the rows
 def test_no_nan_gradients_on_the_reference_grid():
     with x64():
         f = jax.jit(
