@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import reference_values
-from _helpers import x64
+from _helpers import DELTA2_THEN_SPLIT, x64
 
 import jaxdp
 
@@ -193,7 +193,7 @@ def test_jit_equals_eager_and_no_recompilation():
 
 
 # the split estimate's calibration compiles for ~8 min under grad on two cores: -m slow (delta_2's in the default run)
-@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", DELTA2_THEN_SPLIT)
 def test_implicit_gradients_match_finite_differences(method):
     """d sigma / d(target, delta, q, steps) by the implicit function theorem (estimate's equation)."""
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from _helpers import DELTA2_THEN_SPLIT
 
 import jaxdp
 from jaxdp.cli import main
@@ -181,7 +182,7 @@ def test_calibrate_bad_input(capsys, argv, fragment):
 
 # the default estimate (the split saddle point, vmapped over the grid) compiles for ~2.5 min on two cores: -m slow;
 # the default run sweeps with the one-Gaussian delta_2
-@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", DELTA2_THEN_SPLIT)
 def test_sweep_writes_csv_and_heatmap(capsys, tmp_path, method):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"

@@ -16,6 +16,7 @@ import scipy.stats
 import jaxdp
 from jaxdp.accountants._group import group_weights
 from jaxdp.cli import main
+from tests._helpers import DELTA2_THEN_SPLIT
 from tests.reference_values import ROWS
 
 # one small fixed-batch setting, shared so that its programs compile once per worker
@@ -290,7 +291,7 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
 
 
 # delta_2 in the default run; the split estimate (a program per mixture shape, ~2.5 min cold) with -m slow
-@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", DELTA2_THEN_SPLIT)
 def test_mixture_values_under_a_users_jit_with_x64_off(method):
     """The default run's check of the next test (-m slow): under a user's jit with x64 off, both mixture
     families give the float64 run's epsilon (their probabilities reach jaxdp rounded to float32)."""
