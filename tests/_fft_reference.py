@@ -51,12 +51,29 @@ def _step_cells(sigma, q, dx, lmax, direction):
     return edges[:-1], edges[1:], mass, above
 
 
+def _saddle_tilt(ends, mass, steps, eps):
+    """The tilt ``s`` whose tilted mean of the composed (grid) loss is ``eps + 1/s``, by bisection in ``log s``."""
+    with np.errstate(divide="ignore"):
+        log_mass = np.log(mass)
+    lo, hi = -5.0, 12.0
+    for _ in range(60):
+        s = np.exp(0.5 * (lo + hi))
+        lw = log_mass + s * ends
+        w = np.exp(lw - np.max(lw))
+        mean = steps * np.sum(w * ends) / np.sum(w)
+        lo, hi = (0.5 * (lo + hi), hi) if mean < eps + 1.0 / s else (lo, 0.5 * (lo + hi))
+    return float(np.exp(0.5 * (lo + hi)))
+
+
 def psg_log_delta_bracket(
-    sigma, q, steps, eps, *, tilt, direction="remove", dx=2e-6, lmax=1.0, n_fft=2**21
+    sigma, q, steps, eps, *, tilt=None, direction="remove", dx=2e-6, lmax=1.0, n_fft=2**21
 ) -> tuple[float, float]:
     """``(lower, upper)`` values of ``log delta(eps)`` for ``steps`` compositions of the Poisson-subsampled
-    Gaussian, one adjacency direction.  ``tilt``: the exponent ``s`` (about the saddle point at ``eps``)."""
+    Gaussian, one adjacency direction.  ``tilt``: the exponent ``s`` (default: the grid law's saddle point at
+    ``eps``)."""
     lo_end, hi_end, mass, above = _step_cells(sigma, q, dx, lmax, direction)
+    if tilt is None:
+        tilt = _saddle_tilt(hi_end, mass, steps, eps)
     out = []
     for ends, extra in ((lo_end, 0.0), (hi_end, above)):
         mass_u = mass.copy()
