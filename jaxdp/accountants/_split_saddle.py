@@ -549,12 +549,12 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump=None, bulk_term=None):
     return out[0], out[1]
 
 
-def _step_bulk(mech, direction, tau, eps, split=SPLIT, nodes=None):
+def _step_bulk(mech, direction, tau, eps, split=SPLIT):
     """``(log mass, k1..k4)`` of one step's bulk (the law below the split point, sigmoid-weighted) tilted by
     ``e^{tau L}``: its mass un-normalised (``log E[e^{tau L} b(L)]``), its cumulants normalised."""
     if not isinstance(mech, MixtureMechanism):
         return mech.cgf(tau, direction), _jvp_cumulants(mech, direction, tau)
-    nd = _tilted_nodes(mech, direction, tau) if nodes is None else nodes
+    nd = _tilted_nodes(mech, direction, tau)
     _, log_b = _split_logs(nd, eps, split)
     log_mass, kappa = _node_cumulants(nd.log_w + log_b, nd.ell)
     return nd.log_m + log_mass, kappa
