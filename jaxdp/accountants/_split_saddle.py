@@ -453,7 +453,7 @@ def _counts(shape):
 #: the exact one-jump term is skipped where a bound on it is this far (in log) below the other counts' sum
 ONE_JUMP_SKIP = 25.0
 #: Newton steps (in log t) toward the bulk's own saddle point (:func:`_bulk_saddle_terms`)
-BULK_NEWTON_STEPS = 6
+BULK_NEWTON_STEPS = 3
 #: the count-0 term is re-evaluated at the bulk's saddle point where, at the curve's tilt, its second-order
 #: Edgeworth terms move its log by more than this, or the bulk's mean is more than ``BULK_Z_MIN`` standard
 #: deviations from that saddle point's equation (and the term matters).  Measured at the curve's tilt: 0.01-0.04
