@@ -414,7 +414,8 @@ def _many_jump_part(step_nodes, shape, ts, es):
     gauss = jnp.where(jnp.isfinite(gauss), gauss, -jnp.inf)
     peak = jnp.max(gauss, axis=1, keepdims=True)
     keep = valid[:, None] & (log_laws > 0.5 * _LOG_ZERO) & (gauss > peak - 2.0 * GRID_REACH)
-    y_peak = jnp.take_along_axis(y, jnp.argmax(gauss, axis=1)[:, None], axis=1)
+    # (no jnp.argmax: its lowering depends on the x64 flag; a row with no finite cell takes its largest y)
+    y_peak = jnp.max(jnp.where(gauss >= peak, y, -jnp.inf), axis=1, keepdims=True)
     first, second = _log_terms(shape.k0, kappa, ts, jnp.where(keep, y, y_peak))
     out = []
     for v in (first, second):
