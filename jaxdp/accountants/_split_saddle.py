@@ -372,7 +372,7 @@ def _many_jump_part(step_nodes, shape, ts, es):
     at sigma 0.84: a mean of 24 and a standard deviation of 75 for a target epsilon of 13): the Edgeworth
     expansion of ``n`` jumps from their cumulants ``n D`` was off by several units in ``log delta``.  Each
     jump's loss is at least the split point's sigmoid (positive: the grid is used where the split point is,
-    :func:`_many_jump_terms`), so the sums only grow and truncating the grid at its top drops exactly the sums
+    :func:`_fused_at`), so the sums only grow and truncating the grid at its top drops exactly the sums
     above it.  The jumps are placed on the grid by linear interpolation (the mean of each preserved)."""
     has_jumps, ell, log_w, log_s, log_b = step_nodes
     log_wj = log_w + log_s
