@@ -358,9 +358,13 @@ def _one_jump_part(step_nodes, shape, ts, es, n, use, window=False):
 #: sensitivities (:func:`_many_jump_part`)
 GRID_COUNTS = 16
 #: cells of that grid
-GRID_SIZE = 512
+GRID_SIZE = 256
 #: the grid reaches this far (over the tilt) above epsilon: a sum of jumps beyond weighs ``< e^{-GRID_REACH}``
 GRID_REACH = 40.0
+#: cells of each count's row with the Edgeworth terms (the others: the Gaussian part)
+GRID_TOP = 32
+#: cells this many standard deviations of the other steps' bulk above its mean are dropped
+GRID_Z_MAX = 40.0
 
 
 def _many_jump_part(step_nodes, shape, ts, es):
@@ -389,15 +393,12 @@ def _many_jump_part(step_nodes, shape, ts, es):
     w = jnp.where(inside, jnp.exp(log_wj - log_pj), 0.0)
     i0 = jnp.where(inside, i0, 0).astype(jnp.int32)
     law = jnp.zeros(GRID_SIZE).at[i0].add(w * (1.0 - frac)).at[i0 + 1].add(w * frac)
-    size = 2 * GRID_SIZE
-    f1 = jnp.fft.rfft(law, size)
-
-    def power(acc, _):
-        nxt = jnp.fft.irfft(jnp.fft.rfft(acc, size) * f1, size)[:GRID_SIZE]
-        return nxt, nxt
-
-    _, laws = jax.lax.scan(power, law, None, length=GRID_COUNTS - 1)  # n = 2 .. GRID_COUNTS
+    # the n-fold convolutions at once: powers of the law's transform (|f| <= 1), one batched inverse
     n = jnp.arange(2, GRID_COUNTS + 1, dtype=jnp.float64)
+    powers = [jnp.fft.rfft(law, 2 * GRID_SIZE)]
+    for _ in range(GRID_COUNTS - 1):
+        powers.append(powers[-1] * powers[0])
+    laws = jnp.fft.irfft(jnp.stack(powers[1:]), 2 * GRID_SIZE)[:, :GRID_SIZE]
     # FFT rounding leaves ~1e-16 of the peak (either sign) in the empty cells
     floor = jnp.maximum(1e-15 * jnp.max(laws, axis=1, keepdims=True), 1e-300)
     log_laws = jnp.where(laws > floor, jnp.log(jnp.maximum(laws, floor)), _LOG_ZERO)
@@ -407,19 +408,27 @@ def _many_jump_part(step_nodes, shape, ts, es):
     rest = shape.bulk[None, :] - jnp.where(valid, n, 0.0)[:, None] * b[None, :]
     rest = rest.at[:, 1].set(jnp.maximum(rest[:, 1], JUMP_BULK_VAR_FLOOR))
     kappa = jnp.broadcast_to(rest[:, None, :], (GRID_COUNTS - 1, GRID_SIZE, 4))
-    y = jnp.broadcast_to(es - grid[None, :], (GRID_COUNTS - 1, GRID_SIZE))
-    # the cells that carry the sum (by the Gaussian part, no derivative): the others' closed form can be
-    # degenerate (its derivatives infinite), so they get the peak cell's arguments as a stand-in and are dropped
-    gauss = jax.lax.stop_gradient(log_laws + _log_gauss_term(shape.k0, kappa, ts, y) - ts * grid[None, :])
-    gauss = jnp.where(jnp.isfinite(gauss), gauss, -jnp.inf)
-    peak = jnp.max(gauss, axis=1, keepdims=True)
-    keep = valid[:, None] & (log_laws > 0.5 * _LOG_ZERO) & (gauss > peak - 2.0 * GRID_REACH)
-    # (no jnp.argmax: its lowering depends on the x64 flag; a row with no finite cell takes its largest y)
-    y_peak = jnp.max(jnp.where(gauss >= peak, y, -jnp.inf), axis=1, keepdims=True)
-    first, second = _log_terms(shape.k0, kappa, ts, jnp.where(keep, y, y_peak))
+    y = es - grid[None, :]
+    # a cell whose y lies GRID_Z_MAX standard deviations above the rest's mean has the rest's loss above y with
+    # odds < e^{-GRID_Z_MAX^2 / 2}: it is dropped, and evaluated at the rest's mean as a stand-in (there the
+    # closed form's two J's can cancel to rounding, its derivatives infinite)
+    z0 = (y - rest[:, None, 0]) / jnp.sqrt(rest[:, None, 1])
+    keep = valid[:, None] & (log_laws > 0.5 * _LOG_ZERO) & (z0 < GRID_Z_MAX)
+    y_safe = jnp.where(keep, y, rest[:, None, 0])
+    base = log_laws - ts * grid[None, :]
+    gauss = base + _log_gauss_term(shape.k0, kappa, ts, y_safe)
+    keep = keep & jnp.isfinite(gauss)
+    # the Edgeworth terms on the GRID_TOP cells of each count that carry most of its sum (by the Gaussian
+    # part), the Gaussian part alone on the others (as the one-jump term does, :func:`_one_jump_part`)
+    top = jax.lax.top_k(jax.lax.stop_gradient(jnp.where(keep, gauss, -jnp.inf)), GRID_TOP)[1]
+    rows = jnp.arange(GRID_COUNTS - 1)[:, None]
+    in_top = jnp.zeros(keep.shape, bool).at[rows, top].set(True)
+    others = jax.nn.logsumexp(jnp.where(keep & ~in_top, gauss, _LOG_ZERO), axis=1)
+    first, second = _log_terms(shape.k0, kappa[:, :GRID_TOP], ts, y_safe[rows, top])
     out = []
     for v in (first, second):
-        val = jax.nn.logsumexp(jnp.where(keep, log_laws + v - ts * grid[None, :], _LOG_ZERO), axis=1)
+        val = jax.nn.logsumexp(jnp.where(keep[rows, top], base[rows, top] + v, _LOG_ZERO), axis=1)
+        val = jnp.logaddexp(val, others)
         out.append(jnp.where(has_jumps & valid & jnp.isfinite(val), val, _LOG_ZERO))
     return tuple(out)
 
@@ -628,7 +637,11 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump=None, bulk_term=None, ma
     moves ``log delta`` by less than 3e-11.
 
     ``bulk_term``: a function of the tilt returning ``(log mass, k1..k4)`` of the composed bulk (no jump), for
-    the count 0 at the bulk's own saddle point (:func:`_bulk_saddle_terms`)."""
+    the count 0 at the bulk's own saddle point (:func:`_bulk_saddle_terms`).
+
+    ``many_jumps``: ``(flag, function)``, the function returning the summands for 2 .. ``GRID_COUNTS`` jumps
+    (:func:`_many_jump_part`), used where ``flag`` holds and the counts are visited one by one (stride 1); not
+    evaluated elsewhere (``lax.cond``)."""
     n, log_w = _counts(shape)
     kappa = shape.bulk[None, :] + n[:, None] * shape.swap[None, :]
     first, second = _log_terms(shape.k0, kappa, t, eps)
@@ -647,9 +660,11 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump=None, bulk_term=None, ma
         first = jnp.where(single, one[0], first)
         second = jnp.where(single, one[1], second)
     if many_jumps is not None:
-        stride_one = jnp.abs(n[1] - n[0]) == 1
-        many = many_jumps()
-        grid = many[2] & stride_one & (n >= 2) & (n <= GRID_COUNTS) & (shape.jumps > 0)
+        flag, many_fn = many_jumps
+        needed = jax.lax.stop_gradient(flag & (jnp.abs(n[1] - n[0]) == 1) & (shape.jumps > 0))
+        neg = jnp.full((GRID_COUNTS - 1,), _LOG_ZERO, jnp.result_type(first))
+        many = jax.lax.cond(needed, many_fn, lambda: (neg, neg))
+        grid = needed & (n >= 2) & (n <= GRID_COUNTS)
         idx = jnp.clip(n - 2, 0, GRID_COUNTS - 2).astype(jnp.int32)
         first = jnp.where(grid, many[0][idx], first)
         second = jnp.where(grid, many[1][idx], second)
@@ -733,10 +748,7 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     many_jumps = None
     if not _one_bump(mech):
         # (the grid starts at 0: used where the split point is positive, the jumps' sigmoid e^{-32} below 0)
-        positive = point > 0
-
-        def many_jumps():
-            return (*_many_jump_part(step, shape, t, eps), use & positive)
+        many_jumps = (use & (point > 0), lambda: _many_jump_part(step, shape, t, eps))
 
     return eps, shape, log_delta_split(shape, t, eps, one_jump, bulk_term, many_jumps)
 
