@@ -189,9 +189,27 @@ def test_one_step_against_the_closed_form(sigma, q, eps):
     """The few-step tiny-q corner: eps lies between the bulk and the jump mode (delta_2 was 1e6x off here)."""
     want = _one_step_delta(sigma, q, eps)
     got = float(jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, method="saddlepoint"))
-    assert got == pytest.approx(want, rel=0.10)
+    # one step is the estimate's own closed form now (it was within 10 % / 1 % before)
+    assert got == pytest.approx(want, rel=1e-7)
     e = _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), want)
-    assert e == pytest.approx(eps, rel=0.01)
+    assert e == pytest.approx(eps, rel=1e-6)
+
+
+# (sigma, q, delta) -> epsilon at two steps, by ``characteristic`` (jaxdp e9a33bc, x64, add_or_remove)
+TWO_STEPS = [
+    ((2.0, 0.01, 1e-6), 0.0519721515),  # the split estimate was -1.27 % here
+    ((0.7, 0.1, 1e-6), 4.9250207927),
+    ((2.17, 1e-3, 1.6e-15), 0.0228753305),
+    ((0.5, 0.3, 1e-12), 20.004376048),
+    ((5.0, 1e-3, 1e-8), 0.0013825070),
+]
+
+
+@pytest.mark.parametrize("case,want", TWO_STEPS, ids=lambda v: str(v))
+def test_two_steps_match_characteristic(case, want):
+    """Two steps: one step's closed form summed over the other step's quadrature nodes (no split)."""
+    sigma, q, delta = case
+    assert _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), delta, 2) == pytest.approx(want, rel=2e-4)
 
 
 @pytest.mark.parametrize("sigma,q,steps,delta", [(2.17, 1e-3, 2, 1e-12), (1.0, 1e-3, 3, 1e-8), (2.0, 1e-3, 10, 1e-12)])
