@@ -384,8 +384,8 @@ def _many_jump_part(step_nodes, shape, ts, es):
     _, b = _node_cumulants(log_w + log_b, ell)
     # the spacing is differentiated through (the binned sum depends on it; held fixed, the derivative in sigma
     # was 3e-4 off central differences, now within 5e-6)
-    top = es + jnp.minimum(GRID_REACH / ts, 4.0 * GRID_REACH)
-    dx = top / (GRID_SIZE - 1)
+    reach = es + jnp.minimum(GRID_REACH / ts, 4.0 * GRID_REACH)
+    dx = reach / (GRID_SIZE - 1)
     pos = jnp.maximum(ell, 0.0) / dx
     i0 = jnp.floor(jax.lax.stop_gradient(pos))
     frac = pos - i0
