@@ -100,29 +100,11 @@ CORNERS = [
     pytest.param(2.6598, 6.9e-4, 16, 2.3e-11, id="s2.66-q6.9e-4-T16"),
     # two steps: exact now (one step's closed form over the other's nodes; was -1.27 %)
     pytest.param(2.0, 0.01, 2, 1e-06, id="s2-q1e-2-T2"),
+    # three steps: exact too (the closed form over two steps' nodes; was -1.23 %, a strict xfail)
+    pytest.param(2.0, 0.01, 3, 1e-06, id="s2-q1e-2-T3"),
 ]
 
 
 @pytest.mark.parametrize(("sigma", "q", "steps", "delta"), CORNERS)
 def test_split_estimate_small_epsilon_corners(sigma, q, steps, delta):
-    _assert_split_estimate_within_one_percent(sigma, q, steps, delta)
-
-
-# Known miss: three steps, where the one-jump term's bulk is two steps (-1.23 %).  Flagged by the error
-# indicator.  Strict: a fix makes it pass and must remove the mark.
-KNOWN_MISSES = [
-    pytest.param(2.0, 0.01, 3, 1e-06, id="s2-q1e-2-T3"),
-]
-
-
-@pytest.mark.parametrize(("sigma", "q", "steps", "delta"), KNOWN_MISSES)
-def test_split_estimate_flags_its_few_step_misses(sigma, q, steps, delta):
-    mech = jaxdp.PoissonSubsampledGaussian(sigma, q)
-    eps = float(jaxdp.epsilon_for_delta(mech, delta=delta, num_steps=steps, method="saddlepoint"))
-    assert float(jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=steps).error_indicator) > 0.01
-
-
-@pytest.mark.xfail(strict=True, reason="issue 20: the split estimate at three steps (flagged)")
-@pytest.mark.parametrize(("sigma", "q", "steps", "delta"), KNOWN_MISSES)
-def test_split_estimate_few_step_misses(sigma, q, steps, delta):
     _assert_split_estimate_within_one_percent(sigma, q, steps, delta)

@@ -212,6 +212,35 @@ def test_two_steps_match_characteristic(case, want):
     assert _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), delta, 2) == pytest.approx(want, rel=2e-4)
 
 
+# characteristic (jaxdp 810b8bd) at three steps, where it vouches for its value
+THREE_STEPS = [
+    ((2.0, 0.01, 1e-6), 0.0580459),  # the split estimate was -1.23 % here
+    ((4.114, 2.96e-4, 7e-15), 0.00128601),  # ... and -4.4 % here
+    ((0.5, 0.3, 1e-12), 24.38865),
+    ((1.0, 0.5, 1e-15), 12.37928),
+]
+
+
+@pytest.mark.parametrize("case,want", THREE_STEPS, ids=lambda v: str(v))
+def test_three_steps_match_characteristic(case, want):
+    """Three steps: one step's closed form summed over the other two steps' quadrature nodes (no split)."""
+    sigma, q, delta = case
+    assert _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), delta, 3) == pytest.approx(want, rel=1e-4)
+
+
+def test_three_steps_where_characteristic_is_one_percent_high():
+    """sigma 5, q 1e-4, three steps, delta 1e-10: characteristic returns 1.949e-4, 1.1 % above the truth; the
+    independent tilted FFT (fine cells, tests/_fft_reference.py) brackets the estimate within 0.1 %."""
+    from _fft_reference import psg_log_delta_bracket
+
+    sigma, q, steps, delta = 5.0, 1e-4, 3, 1e-10
+    eps = _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), delta, steps)
+    grid = {"dx": 5e-9, "lmax": 0.005, "n_fft": 2**22}  # losses above 0.005 have probability ~1e-80 here
+    lo, _ = psg_log_delta_bracket(sigma, q, steps, eps * (1.0 - 1e-3), **grid)
+    _, hi = psg_log_delta_bracket(sigma, q, steps, eps * (1.0 + 1e-3), **grid)
+    assert lo > math.log(delta) > hi, (eps, lo, hi)
+
+
 @pytest.mark.parametrize("sigma,q,steps,delta", [(2.17, 1e-3, 2, 1e-12), (1.0, 1e-3, 3, 1e-8), (2.0, 1e-3, 10, 1e-12)])
 def test_few_steps_at_tiny_q_against_dp_accounting(sigma, q, steps, delta):
     from dp_accounting import dp_event

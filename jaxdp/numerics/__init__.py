@@ -31,6 +31,7 @@ from jaxdp.numerics._solvers import (
     solve_decreasing,
     with_slope,
 )
+from jaxdp.numerics._sparse_cond import sparse_cond
 from jaxdp.numerics._special import log_interval, log_normal_interval, log_normal_mass, mean_factor
 from jaxdp.numerics._sweep import sweep
 
@@ -63,6 +64,7 @@ __all__ = [
     "pytree_dataclass",
     "safeguarded_newton",
     "solve_decreasing",
+    "sparse_cond",
     "sweep",
     "to_f64",
     "validate",

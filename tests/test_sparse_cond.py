@@ -1,0 +1,71 @@
+"""``jaxdp.numerics.sparse_cond``: ``lax.cond`` whose true branch, under ``vmap``, runs on the elements taking it."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _helpers import x64
+
+from jaxdp.numerics import sparse_cond
+
+
+def _heavy(ops):
+    x, y = ops
+    return jnp.sin(x) * y + x**3, jnp.cos(x)
+
+
+def _light(ops):
+    x, _ = ops
+    return -x, jnp.zeros_like(x)
+
+
+def _f(x, y):
+    return sparse_cond(x > 0.3, _heavy, _light, (x, y))
+
+
+def _loop(xs, ys):
+    return [tuple(float(v) for v in _f(x, y)) for x, y in zip(xs, ys)]
+
+
+@pytest.mark.parametrize("size", [1, 5, 31, 32, 33, 70])
+def test_vmap_equals_the_loop(size):
+    with x64():
+        rng = np.random.default_rng(size)
+        xs, ys = jnp.asarray(rng.uniform(-1, 1, size)), jnp.asarray(rng.normal(size=size))
+        got = jax.jit(jax.vmap(_f))(xs, ys)
+        want = _loop(xs, ys)
+        np.testing.assert_allclose(np.stack(got, axis=1), np.array(want), rtol=1e-14, atol=0)
+
+
+def test_partly_batched_operands_and_nested_vmap():
+    with x64():
+        xs = jnp.linspace(-1.0, 1.0, 12)
+        got = jax.vmap(_f, in_axes=(0, None))(xs, 2.0)[0]
+        np.testing.assert_allclose(got, [v[0] for v in _loop(xs, [2.0] * 12)], rtol=1e-14)
+        got = jax.vmap(jax.vmap(_f))(xs.reshape(3, 4), xs.reshape(3, 4))[0]
+        np.testing.assert_allclose(got.reshape(-1), [v[0] for v in _loop(xs, xs)], rtol=1e-14)
+        # an unbatched predicate (a real cond over the batch)
+        got = jax.vmap(lambda y: sparse_cond(jnp.asarray(True), _heavy, _light, (0.5, y)))(xs)[0]
+        np.testing.assert_allclose(got, jnp.sin(0.5) * xs + 0.125, rtol=1e-14)
+
+
+def test_all_false_and_all_true_batches():
+    with x64():
+        neg = -jnp.arange(1.0, 40.0)
+        np.testing.assert_array_equal(jax.vmap(_f)(neg, neg)[0], -neg)
+        pos = jnp.linspace(0.5, 2.0, 40)
+        np.testing.assert_allclose(jax.vmap(_f)(pos, pos)[0], jnp.sin(pos) * pos + pos**3, rtol=1e-14)
+
+
+def test_derivatives_are_those_of_the_cond():
+    with x64():
+        want = jnp.cos(0.7) * 1.5 + 3 * 0.49
+        assert float(jax.grad(lambda x: _f(x, 1.5)[0])(0.7)) == pytest.approx(float(want), rel=1e-14)
+        assert float(jax.grad(lambda x: _f(x, 1.5)[0])(0.1)) == -1.0
+        xs = jnp.array([0.1, 0.7, -0.4, 1.2])
+        g = jax.jit(jax.vmap(jax.grad(lambda x: _f(x, 1.5)[0])))(xs)
+        np.testing.assert_allclose(g, jnp.where(xs > 0.3, jnp.cos(xs) * 1.5 + 3 * xs**2, -1.0), rtol=1e-14)
+        _, t = jax.jvp(lambda x: jax.vmap(_f, in_axes=(0, None))(x, 1.5)[0], (xs,), (jnp.ones(4),))
+        np.testing.assert_allclose(t, g, rtol=1e-14)
