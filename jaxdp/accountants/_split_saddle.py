@@ -454,6 +454,8 @@ FEW_BLOCKS = 20
 #: the few-step epsilon solve stops where log delta is this close to its target
 FEW_LOG_DELTA_TOL = 1e-10
 FEW_MAX_ITERATIONS = 30
+#: ... or where a Newton step is this small relative to epsilon (it is taken: the error after it is about its square)
+FEW_XTOL = 1e-7
 
 
 def _one_step_logs(log_p0, log_p1, c, sigma, y):
@@ -547,7 +549,7 @@ def _few_epsilon(ops, three: bool):
     eps0 = jax.lax.stop_gradient(eps0)
     hi = 4.0 * eps0 + 10.0
     e, _, last = safeguarded_newton(
-        vsa, jnp.zeros(()), hi, jnp.clip(eps0, 1e-12, hi), FEW_LOG_DELTA_TOL, 1e-12 * eps0, FEW_MAX_ITERATIONS
+        vsa, jnp.zeros(()), hi, jnp.clip(eps0, 1e-12, hi), FEW_LOG_DELTA_TOL, FEW_XTOL * eps0, FEW_MAX_ITERATIONS
     )
     # delta(0) below the target (the bisection then closes in on 0, delta still below it): epsilon is 0
     at_zero = (last[1] < -1e-6) & (e < 1e-6)
