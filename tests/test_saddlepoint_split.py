@@ -228,6 +228,16 @@ def test_three_steps_match_characteristic(case, want):
     assert _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), delta, 3) == pytest.approx(want, rel=1e-4)
 
 
+def test_three_steps_delta_and_terms():
+    """delta(eps) at three steps is the exact sum too, and saddlepoint_terms reports an indicator of 0 there."""
+    mech = jaxdp.PoissonSubsampledGaussian(2.0, 0.01)
+    delta = float(jaxdp.delta_for_epsilon(mech, epsilon=0.0580459, num_steps=3, method="saddlepoint"))
+    assert delta == pytest.approx(1e-6, rel=1e-4)
+    terms = jaxdp.saddlepoint_terms(mech, epsilon=0.0580459, num_steps=3)
+    assert float(terms.error_indicator) == 0.0
+    assert float(terms.log_delta) == pytest.approx(math.log(1e-6), abs=1e-4)
+
+
 def test_three_steps_where_characteristic_is_one_percent_high():
     """sigma 5, q 1e-4, three steps, delta 1e-10: characteristic returns 1.949e-4, 1.1 % above the truth; the
     independent tilted FFT (fine cells, tests/_fft_reference.py) brackets the estimate within 0.1 %."""
