@@ -356,6 +356,43 @@ def test_vmap_over_configurations_equals_the_loop():
     np.testing.assert_allclose(batched, looped, rtol=1e-10)
 
 
+def test_log_j0_against_mpmath_where_log_phi_cancels():
+    """``log J_0(u) = log(sqrt(2 pi) e^{u^2/2} Phi(-u))``: mpmath (40 digits) against the Laguerre rule above
+    u = 8, where ``log Phi(-u) + u^2/2`` loses ``u^2`` ulps (1e-4 absolute at u = 1e6)."""
+    import mpmath as mp
+
+    from jaxdp.accountants._split_saddle import _log_j0
+
+    mp.mp.dps = 40
+    us = [0.5, 7.9, 8.0, 30.0, 1e3, 1e6, 1e9]
+    with x64():
+        got = np.asarray(_log_j0(jnp.asarray(us)))
+    for u, g in zip(us, got):
+        want = float(mp.log(mp.sqrt(mp.pi / 2) * mp.erfc(mp.mpf(u) / mp.sqrt(2)) * mp.exp(mp.mpf(u) ** 2 / 2)))
+        assert g == pytest.approx(want, rel=1e-14, abs=1e-14), u
+
+
+def test_a_batch_with_an_epsilon_zero_configuration_is_finite():
+    """sigma 4.38, q 2.1e-4, 70 steps, delta 8e-4 has epsilon 0 (``characteristic`` too).  Batched with a
+    configuration whose iteration runs longer it was NaN: the split iteration evaluated it at tilt 326
+    (``z0 ~ 1e6``), where the Gaussian part's ``J_0(t) - J_0(t + 1)`` cancelled to the wrong sign, and only the
+    ``vmap``-compiled program rounded that way.  Found by the 10,000-configuration sweep of stop 38."""
+    a = jnp.array(
+        [[4.38404083, 2.08212863e-04, 70.0, 8.00012611e-04], [3.36632752, 1.26194535e-02, 518095.0, 3.05371395e-09]]
+    )
+
+    def one(r):
+        return jaxdp.epsilon_for_delta(
+            jaxdp.PoissonSubsampledGaussian(r[0], r[1]), delta=r[3], num_steps=r[2], method="saddlepoint"
+        )
+
+    with x64():
+        batched = np.asarray(jax.jit(jax.vmap(one))(a))
+        looped = [float(one(r)) for r in a]
+    assert batched[0] == 0.0
+    np.testing.assert_allclose(batched, looped, rtol=1e-10)
+
+
 def test_command_line_warns_where_delta_2_is_off(capsys):
     """The issue's first row: delta_2 is +29.7 % off in epsilon; the command line says so and names the fix."""
     import json

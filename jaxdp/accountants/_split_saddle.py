@@ -642,10 +642,26 @@ def _hermite(k, z):
     return [1.0, z, z * z - 1.0, z**3 - 3.0 * z, z**4 - 6.0 * z * z + 3.0, z**5 - 10.0 * z**3 + 15.0 * z][k]
 
 
+def _log_j0(u):
+    """``log J_0(u) = log int_0^inf e^{-u y - y^2/2} dy`` (``= log(sqrt(2 pi) e^{u^2/2} Phi(-u))``).
+
+    Below ``_LAGUERRE_FROM`` from ``log Phi``; above, by 24-point Gauss-Laguerre in ``x = u y`` (within 7e-16
+    of mpmath for every ``u >= 8``).  ``log Phi(-u) + u^2/2`` cancels: its error grows as ``u^2`` (3e-11 at
+    ``u = 1e3``, 1e-4 at ``u = 1e6``), and the difference ``log J_0(u) - log J_0(u + s)`` of two nearby
+    arguments (the Gaussian part of :func:`_log_terms`) then drowned in it; it came out with the wrong sign
+    and the term as NaN (sigma 4.38, q 2.1e-4, 70 steps, tilt 326: ``z0 ~ 1e6``)."""
+    big = u >= _LAGUERRE_FROM
+    small = log_ndtr(-jnp.where(big, 0.0, u)) + 0.5 * u * u + 0.5 * math.log(2.0 * math.pi)
+    uu = jnp.maximum(u, _LAGUERRE_FROM)
+    y = _GL_X / uu[..., None]
+    laguerre = jnp.log(jnp.sum(_GL_W * jnp.exp(-0.5 * y * y), axis=-1)) - jnp.log(uu)
+    return jnp.where(big, laguerre, small)
+
+
 def _ratios(z0, a):
     """``(log J_0, [J_3, J_4, J_6] / J_0)``, ``J_k = int_0^inf e^{-u y - y^2/2} He_k(z0 + y) dy``, ``u = z0 + a``."""
     u = z0 + a
-    log_j0 = log_ndtr(-u) + 0.5 * u * u + 0.5 * math.log(2.0 * math.pi)
+    log_j0 = _log_j0(u)
     big = u >= _LAGUERRE_FROM
     # recurrence r_k = J_k / J_0 = He_{k-1}(z0) / J_0 - a r_{k-1}, where it does not cancel (u < 8; the
     # other branch gets harmless stand-ins so that neither branch overflows)
@@ -679,9 +695,8 @@ def _log_gauss_term(k0, kappa, t, eps):
     """The Gaussian (zeroth-order) part of :func:`_log_terms`, without the correction ratios (cheap)."""
     _, s, z0 = _standardised(kappa, eps)
     u_t, u_u = z0 + t * s, z0 + (t + 1.0) * s
-    lj_t = log_ndtr(-u_t) + 0.5 * u_t * u_t
-    lj_u = log_ndtr(-u_u) + 0.5 * u_u * u_u
-    return k0 - t * eps - 0.5 * z0 * z0 + log_sub_exp(lj_t, lj_u)
+    lj_t, lj_u = _log_j0(u_t), _log_j0(u_u)
+    return k0 - t * eps - 0.5 * z0 * z0 - 0.5 * math.log(2.0 * math.pi) + log_sub_exp(lj_t, lj_u)
 
 
 def _log_terms(k0, kappa, t, eps):
@@ -700,7 +715,12 @@ def _log_terms(k0, kappa, t, eps):
     first = 1.0 + g1 / 6.0 * rel[0]
     second = first + g2 / 24.0 * rel[1] + g1 * g1 / 72.0 * rel[2]
     base = k0 - t * eps + log_gauss
-    return base + jnp.log(jnp.maximum(first, MIN_FACTOR)), base + jnp.log(jnp.maximum(second, MIN_FACTOR))
+    # (no Gaussian mass, e.g. J_0(t) = J_0(t + 1) to rounding at a huge z0: no term, whatever the ratios)
+    gone = base == -jnp.inf
+    return tuple(
+        jnp.where(gone, -jnp.inf, base + jnp.log(jnp.maximum(jnp.where(gone, 1.0, f), MIN_FACTOR)))
+        for f in (first, second)
+    )
 
 
 def _counts(shape):
