@@ -69,3 +69,27 @@ def test_derivatives_are_those_of_the_cond():
         np.testing.assert_allclose(g, jnp.where(xs > 0.3, jnp.cos(xs) * 1.5 + 3 * xs**2, -1.0), rtol=1e-14)
         _, t = jax.jvp(lambda x: jax.vmap(_f, in_axes=(0, None))(x, 1.5)[0], (xs,), (jnp.ones(4),))
         np.testing.assert_allclose(t, g, rtol=1e-14)
+
+
+def test_true_unless_batched_in_a_while_loop_body():
+    """``true_unless_batched``: unbatched, the true branch runs with no ``cond`` (whatever ``pred``); under
+    ``vmap``, a ``while_loop`` body masking the elements that are done evaluates only the others (the
+    elements' loops end at different counts: the batched loop equals the loop over elements)."""
+
+    def g(x):
+        def body(s):
+            i, v, done = s
+            w = sparse_cond(
+                ~done, lambda o: o * 0.5 + 1.0, lambda o: jnp.full_like(o, jnp.nan), v, true_unless_batched=True
+            )
+            return i + 1, w, jnp.abs(w - 2.0) < 1e-3
+
+        return jax.lax.while_loop(lambda s: ~s[2] & (s[0] < 100), body, (0, x, jnp.asarray(False)))[:2]
+
+    with x64():
+        assert float(sparse_cond(False, lambda o: o + 1.0, lambda o: o, 1.0, true_unless_batched=True)) == 2.0
+        xs = jnp.asarray([3.0, 2.5, 40.0, -7.0, 2.0005])
+        got = jax.jit(jax.vmap(g))(xs)
+        want = [tuple(float(v) for v in g(x)) for x in xs]
+        np.testing.assert_array_equal(np.stack([np.asarray(a, float) for a in got], axis=1), np.array(want))
+        assert np.all(np.isfinite(np.asarray(got[1])))

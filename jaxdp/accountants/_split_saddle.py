@@ -1109,7 +1109,7 @@ CURVE_XTOL = 1e-9
 CURVE_PREDICTED_TOL = 1e-7
 
 
-def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
+def _iterate_on_curve(point, operands, log_delta, lo, hi, u0, max_jump):
     """The ``u = log t`` on the saddle-point curve where ``point``'s ``log delta(eps(t))`` is ``log_delta``.
 
     At small sampling rates ``eps(t)`` is very steep in ``t`` (the rare jumps make ``K''`` large) and
@@ -1120,16 +1120,25 @@ def _iterate_on_curve(point, log_delta, lo, hi, u0, max_jump):
     Returns ``(u, iterations)``.
     """
 
-    def evaluate(u):
-        eps, deps, terms = point(jnp.exp(u))
-        return eps, deps, jnp.maximum(terms[0], -1e8) - log_delta
+    def at(ops):
+        eps, deps, terms = point(ops[0], jnp.exp(ops[1]))
+        return eps, deps, jnp.maximum(terms[0], -1e8)
+
+    def skip(ops):  # (a configuration of the batch that is done: its state is kept, these are dropped)
+        return jnp.zeros_like(ops[1]), jnp.zeros_like(ops[1]), jnp.zeros_like(ops[1])
+
+    def evaluate(u, active):
+        # under ``vmap`` the loop runs until the slowest configuration is done (up to 20 evaluations where the
+        # median needs 2, issue grid): only those still iterating are evaluated (``sparse_cond``)
+        eps, deps, log_d = sparse_cond(active, at, skip, (operands, u), true_unless_batched=True)
+        return eps, deps, log_d - log_delta
 
     def cond(state):
         return (state[0] < CURVE_MAX_ITERATIONS) & ~state[-1]
 
     def body(state):
-        i, a, b, u, e_prev, g_prev, dx_old, _ = state
-        eps, deps, g = evaluate(u)
+        i, a, b, u, e_prev, g_prev, dx_old, stop = state
+        eps, deps, g = evaluate(u, ~stop)
         bad = ~jnp.isfinite(g) | ~jnp.isfinite(eps)
         a = jnp.where(g > 0, u, a)
         b = jnp.where((g > 0) | bad, b, u)
@@ -1201,7 +1210,7 @@ def _epsilon_on_curve(comp, direction, log_delta, point, curve_eps):
     u2 = jnp.where(jnp.isfinite(u2), u2, u0)
 
     def solver(x0):
-        return _iterate_on_curve(lambda t: point(comp_c, direction, t), log_delta_c, lo, hi, x0, 2.0)[0]
+        return _iterate_on_curve(lambda c, t: point(c, direction, t), comp_c, log_delta_c, lo, hi, x0, 2.0)[0]
 
     u = solve_decreasing(g, lo, hi, x0=u2, solver=solver)
     # eps at the root: the curve's point alone (evaluating the estimate there again would double its cost)
