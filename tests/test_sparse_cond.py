@@ -93,3 +93,23 @@ def test_true_unless_batched_in_a_while_loop_body():
         want = [tuple(float(v) for v in g(x)) for x in xs]
         np.testing.assert_array_equal(np.stack([np.asarray(a, float) for a in got], axis=1), np.array(want))
         assert np.all(np.isfinite(np.asarray(got[1])))
+
+
+def test_keep_x64_mode_runs_in_the_mode_where_it_was_made():
+    """``keep_x64_mode`` (wrapping ``sparse_cond``'s rules): JAX 0.11 ran the batching rule after the caller's
+    ``enable_x64`` scope had closed, and its float64 constants came out float32 (measured on the device,
+    JAX 0.11.2: "lax.div requires arguments to have the same dtypes")."""
+    from jaxdp.numerics import keep_x64_mode
+
+    def dtype():
+        return jnp.asarray(1.0).dtype  # (the default float: float64 in x64 mode)
+
+    with x64():
+        on = keep_x64_mode(dtype)
+    assert dtype() == jnp.float32  # the suite runs with x64 off
+    assert on() == jnp.float64
+    with x64():
+        off = jax.enable_x64(False)
+        with off:
+            made_off = keep_x64_mode(dtype)
+        assert made_off() == jnp.float32

@@ -6,7 +6,7 @@ package may use it (see the "Architecture" section of the README).
 
 from jaxdp.numerics import _program_cache as program_cache
 from jaxdp.numerics import _validate as validate
-from jaxdp.numerics._boundary import DOWN, NEAREST, UP, float64_entry, x64_enabled
+from jaxdp.numerics._boundary import DOWN, NEAREST, UP, float64_entry, keep_x64_mode, x64_enabled
 from jaxdp.numerics._logspace import (
     LOG_2PI,
     UNIT_ROUNDOFF,
@@ -49,6 +49,7 @@ __all__ = [
     "float64_entry",
     "float64_scope",
     "implicit_root",
+    "keep_x64_mode",
     "log1mexp",
     "log_interval",
     "log_ndtr",

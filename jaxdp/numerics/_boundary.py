@@ -40,7 +40,7 @@ import numpy as np
 
 from jaxdp.numerics._logspace import _enable_x64
 
-__all__ = ["DOWN", "NEAREST", "UP", "float64_entry", "x64_enabled"]
+__all__ = ["DOWN", "NEAREST", "UP", "float64_entry", "keep_x64_mode", "x64_enabled"]
 
 UP, DOWN, NEAREST = 1, -1, 0
 
@@ -52,6 +52,24 @@ _NARROW = {
     np.dtype(np.uint64): np.dtype(np.uint32),
 }
 _FORWARD_MODE_MAX_INPUTS = 8  # Jacobians with at most this many input elements use forward mode
+
+
+def keep_x64_mode(fn):
+    """``fn``, run in the x64 mode that is current where ``keep_x64_mode`` is called.
+
+    For the functions handed to JAX to be traced later: JAX 0.11 traced a ``custom_vmap`` rule (of
+    :func:`~jaxdp.numerics.sparse_cond`) after the caller's ``enable_x64`` scope had closed (under a user's
+    ``jit(vmap)`` with x64 off: "lax.div requires arguments to have the same dtypes, got float64, float32").
+    JAX 0.10 traced it inside.
+    """
+    on = x64_enabled()
+
+    @functools.wraps(fn)
+    def inner(*args, **kwargs):
+        with _enable_x64(on):
+            return fn(*args, **kwargs)
+
+    return inner
 
 
 def x64_enabled() -> bool:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from jaxdp.numerics._boundary import keep_x64_mode
+
 #: under ``vmap``, the true branch runs on this many gathered batch elements at a time
 SPARSE_CHUNK = 32
 
@@ -35,11 +37,15 @@ def sparse_cond(pred, true_fn, false_fn, operands, *, chunk: int = SPARSE_CHUNK,
     def plain(p, ops):
         return true_fn(ops) if true_unless_batched else jax.lax.cond(p, true_fn, false_fn, ops)
 
+    # (the rules run in this call's x64 mode: under a user's ``jit(vmap)`` with x64 off, JAX 0.11 traced the
+    # batching rule outside ``float64_entry``'s scope, "lax.div requires arguments to have the same dtypes")
+
     @jax.custom_batching.custom_vmap
     def primal(p, ops):
         return plain(p, ops)
 
     @primal.def_vmap
+    @keep_x64_mode
     def _rule(axis_size, in_batched, p, ops):
         p_batched, ops_batched = in_batched
         axes = jax.tree.map(lambda b: 0 if b else None, ops_batched)
@@ -78,6 +84,7 @@ def sparse_cond(pred, true_fn, false_fn, operands, *, chunk: int = SPARSE_CHUNK,
         return primal(p, ops)
 
     @f.defjvp
+    @keep_x64_mode
     def _jvp(primals, tangents):
         p, ops = primals
         _, d_ops = tangents
