@@ -445,6 +445,8 @@ def _many_jump_part(step_nodes, shape, ts, es):
 
 #: up to this many steps of one two-point mixture the estimate is exact, not the split's (:func:`_few_log_delta`)
 FEW_STEPS = 3
+#: the step counts :func:`_few_log_delta` takes, with its ``three`` flag: one or two steps, three
+_FEW_CASES = (((1, 2), False), ((3, FEW_STEPS), True))
 #: a sum over the nodes runs over ``FEW_BLOCKS`` blocks of ``FEW_BLOCK`` consecutive nodes: those whose
 #: neighbourhood holds the largest summands (measured against the sums over all 1,024 nodes, three steps, 78
 #: random cells: within 3.5e-7 in log delta; two windows around the two largest, of 192 nodes outside and 384
@@ -569,7 +571,7 @@ def _with_few_steps_epsilon(comp, log_delta, eps, u):
     # blocks kept move with it, and the split's tilt moves with the parameters; without it d eps / d sigma was
     # 5e-4 off at sigma 0.7, q 0.1, with the earlier windowed sums)
     t = jnp.exp(u)
-    for few_steps, three in (((1, 2), False), ((3, 3), True)):
+    for few_steps, three in _FEW_CASES:
         eps = sparse_cond(
             jax.lax.stop_gradient(_few_usable(mech, n, few_steps)),
             lambda o, three=three: _few_epsilon(o[:5], three),
@@ -587,7 +589,7 @@ def _with_few_steps_terms(comp, t, eps, terms):
         return terms, jnp.asarray(False)
     mech, n = single
     used = jnp.asarray(False)
-    for few_steps, three in (((1, 2), False), ((3, 3), True)):
+    for few_steps, three in _FEW_CASES:
         ok = jax.lax.stop_gradient(_few_usable(mech, n, few_steps))
 
         def few(o, three=three):
