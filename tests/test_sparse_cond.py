@@ -113,3 +113,15 @@ def test_keep_x64_mode_runs_in_the_mode_where_it_was_made():
         with off:
             made_off = keep_x64_mode(dtype)
         assert made_off() == jnp.float32
+
+
+@pytest.mark.xfail(strict=True, raises=NotImplementedError, reason="documented limitation: grad through a batched pred")
+def test_grad_of_a_sum_over_vmap_is_not_supported():
+    """The docstring's known limitation (``vmap`` of ``grad`` works: ``test_derivatives_are_those_of_the_cond``).
+    Strict: a JAX or jaxdp change that lifts it shows here."""
+
+    def f(x):
+        return sparse_cond(x > 0.3, lambda v: jnp.sin(v) * jax.lax.stop_gradient(v) + v**2, lambda v: -v, x)
+
+    with x64():
+        jax.grad(lambda x: jnp.sum(jax.vmap(f)(x)))(jnp.array([0.1, 0.5, 0.9]))

@@ -1130,8 +1130,8 @@ def _iterate_on_curve(point, operands, log_delta, lo, hi, u0, max_jump):
         return jnp.zeros_like(ops[1]), jnp.zeros_like(ops[1]), jnp.zeros_like(ops[1])
 
     def evaluate(u, active):
-        # under ``vmap`` the loop runs until the slowest configuration is done (up to 20 evaluations where the
-        # median needs 2, issue grid): only those still iterating are evaluated (``sparse_cond``)
+        # under ``vmap`` the loop runs until the slowest configuration is done (1,000 of the issue grid: up to 20
+        # evaluations, median 3, mean 4.5): only those still iterating are evaluated (``sparse_cond``)
         eps, deps, log_d = sparse_cond(active, at, skip, (operands, u), true_unless_batched=True)
         return eps, deps, log_d - log_delta
 
