@@ -26,6 +26,10 @@ __all__ = ["GroupCurve", "group_curve", "group_weights"]
 
 #: points of the example-level curve delta_1(eps_1) read by the black-box conversion
 BLACK_BOX_POINTS = 48
+#: the relative width to which the black-box conversion narrows each crossing (its reported end is the upper)
+BLACK_BOX_RTOL = 1e-7
+#: accountant evaluations spent narrowing one crossing, at most
+BLACK_BOX_MAX_EVALUATIONS = 40
 
 
 class GroupCurve(NamedTuple):
@@ -47,26 +51,38 @@ class GroupCurve(NamedTuple):
     method: str
 
 
-def group_weights(max_group_size, *, sampling="poisson", sampling_prob=None, dataset_size=None, batch_size=None):
+def group_weights(
+    max_group_size,
+    *,
+    sampling="poisson",
+    sampling_prob=None,
+    dataset_size=None,
+    batch_size=None,
+    adjacency="add_or_remove",
+):
     """``(sensitivities (C,), probs (G, C))``: the mixtures of groups ``g = 1..G``, padded with zero weights.
 
-    Poisson: ``c_j = j``, ``p_j = Binomial(g, q)``; fixed batch: ``c_j = 2 j``,
-    ``p_j = C(g, j) C(n, B - j) / C(n + g, B)`` (exact integer arithmetic, rounded once).
+    Poisson: ``c_j = j``, ``p_j = Binomial(g, q)``; fixed batches of ``B`` out of a training set of ``N``:
+    ``c_j = 2 j``, ``p_j = Hypergeometric(B, n + g, g)`` with ``n = N - g`` (``N`` under ``"add"`` adjacency),
+    as :meth:`~jaxdp.MixtureOfGaussians.fixed_batch_group` (rounded to dominate the exact law).
 
     Example:
       >>> import numpy as np
       >>> c, p = group_weights(2, sampling_prob=0.5)
-      >>> c.tolist(), p.tolist()
+      >>> c.tolist(), np.round(p, 12).tolist()
       ([0.0, 1.0, 2.0], [[0.5, 0.5, 0.0], [0.25, 0.5, 0.25]])
     """
     big_g = _validate.integer("max_group_size", max_group_size)
     if sampling == "poisson":
-        rows = [MixtureOfGaussians.poisson_group(1.0, sampling_prob, g).probs for g in range(1, big_g + 1)]
+        rows = [
+            MixtureOfGaussians.poisson_group(1.0, sampling_prob, g, adjacency=adjacency).probs
+            for g in range(1, big_g + 1)
+        ]
         scale = 1.0
     elif sampling == "fixed":
         rows = [
             MixtureOfGaussians.fixed_batch_group(
-                1.0, dataset_size=dataset_size, batch_size=batch_size, group_size=g
+                1.0, dataset_size=dataset_size, batch_size=batch_size, group_size=g, adjacency=adjacency
             ).probs
             for g in range(1, big_g + 1)
         ]
@@ -123,7 +139,12 @@ def group_curve(
     _validate.num_steps("num_steps", num_steps)
     _validate.open_unit("delta", delta)
     c, probs = group_weights(
-        max_group_size, sampling=sampling, sampling_prob=sampling_prob, dataset_size=dataset_size, batch_size=batch_size
+        max_group_size,
+        sampling=sampling,
+        sampling_prob=sampling_prob,
+        dataset_size=dataset_size,
+        batch_size=batch_size,
+        adjacency=adjacency,
     )
     sigma = float(noise_multiplier)
 
@@ -154,36 +175,55 @@ def group_curve(
 def _black_box(example, big_g, eps1, delta, num_steps, method):
     """``g eps_1`` at the smallest ``eps_1`` with ``g e^{(g - 1) eps_1} delta_1(eps_1) <= delta``, per ``g``.
 
-    ``delta_1`` is read at ``BLACK_BOX_POINTS`` values of ``eps_1`` from ``eps_1(delta)`` up (no smaller
-    ``eps_1`` can qualify: ``g e^{(g-1) eps_1} >= 1``) and linear in between, in log space; past the last
-    point the conversion is reported as ``inf``.  ``delta_1 = 0`` (a bounded loss) reads as ``log 0 = -inf``
-    and qualifies.
+    Every reported ``eps_1`` is a point where the accountant itself was evaluated and met the condition, so
+    with a certified accountant ``(g eps_1, delta)`` is a proven guarantee (Vadhan 2017, Lemma 2.2).  The
+    condition ``h_g(e) = log g + (g - 1) e + log delta_1(e) - log delta <= 0`` is first read at
+    ``BLACK_BOX_POINTS`` values of ``e`` from ``eps_1(delta)`` up (no smaller ``e`` can qualify:
+    ``g e^{(g-1) e} >= 1``); between the last point that fails and the first that holds, a safeguarded
+    regula falsi on evaluations of the accountant narrows the crossing to ``BLACK_BOX_RTOL`` and reports its
+    upper end.  No qualifying point up to the examined range: ``inf``.  ``delta_1 = 0`` (a bounded loss)
+    reads as ``log 0 = -inf`` and qualifies; a NaN never does.
     """
     g = np.arange(1, big_g + 1, dtype=np.float64)
     eps1 = float(eps1)
+    log_target = math.log(delta)
+
+    def log_d1(e):
+        return float(log_delta_for_epsilon(example, epsilon=e, num_steps=num_steps, method=method))
+
+    def h(k, e, ld):
+        return math.log(g[k]) + (g[k] - 1.0) * e + ld - log_target
+
     top = max(4.0 * big_g * eps1, eps1 + 20.0)
     coarse = eps1 + (top - eps1) * np.linspace(0.0, 1.0, BLACK_BOX_POINTS) ** 2
-    log_coarse = np.array(
-        [float(log_delta_for_epsilon(example, epsilon=e, num_steps=num_steps, method=method)) for e in coarse]
-    )
-    # log delta_1 is convex in eps_1: linear interpolation lies above it, so the conversion read off it is
-    # never below the one read off the exact curve
-    grid = eps1 + (top - eps1) * np.linspace(0.0, 1.0, 8 * BLACK_BOX_POINTS) ** 2
-    log_d1 = np.interp(grid, coarse, log_coarse)
-    # h_g(e) = log g + (g - 1) e + log delta_1(e) - log delta; the first grid point with h <= 0, then linear
-    with np.errstate(invalid="ignore"):
-        h = np.log(g)[:, None] + (g - 1.0)[:, None] * grid[None, :] + log_d1[None, :] - math.log(delta)
-    ok = h <= 0.0
+    log_coarse = [log_d1(e) for e in coarse]
     out = np.full(big_g, np.inf)
-    for k in range(big_g):
-        hits = np.flatnonzero(ok[k])
+    out[0] = eps1  # one record: the example-level guarantee itself
+    for k in range(1, big_g):
+        hs = np.array([h(k, e, ld) for e, ld in zip(coarse, log_coarse)])
+        with np.errstate(invalid="ignore"):
+            hits = np.flatnonzero(hs <= 0.0)  # NaN fails
         if hits.size == 0:
             continue
         i = hits[0]
         if i == 0:
-            out[k] = g[k] * grid[0]
+            out[k] = g[k] * coarse[0]
             continue
-        h0, h1 = h[k, i - 1], h[k, i]
-        frac = h0 / (h0 - h1) if np.isfinite(h1) and h0 > h1 else 1.0
-        out[k] = g[k] * (grid[i - 1] + min(max(frac, 0.0), 1.0) * (grid[i] - grid[i - 1]))
+        lo, hi, f_lo, f_hi = coarse[i - 1], coarse[i], hs[i - 1], hs[i]
+        for _ in range(BLACK_BOX_MAX_EVALUATIONS):
+            if hi - lo <= BLACK_BOX_RTOL * hi:
+                break
+            w = hi - lo
+            x = lo + 0.5 * w
+            if np.isfinite(f_lo) and np.isfinite(f_hi) and f_lo > f_hi:
+                x = lo + w * f_lo / (f_lo - f_hi)
+            # keep the point inside the bracket, away from its ends (the regula falsi stalls at one end of a
+            # curved function): an end it would hug moves by at least a tenth of the width
+            x = min(max(x, lo + 0.1 * w), hi - 0.1 * w) if w > 4.0 * BLACK_BOX_RTOL * hi else lo + 0.5 * w
+            f = h(k, x, log_d1(x))
+            if f <= 0.0:
+                hi, f_hi = x, f
+            else:  # NaN too: the condition is not shown there
+                lo, f_lo = x, (f if np.isfinite(f) else np.inf)
+        out[k] = g[k] * hi
     return out

@@ -145,6 +145,70 @@ def _as_leaf(x):
     return x
 
 
+#: the unit roundoff of float64
+_U = 2.0**-53
+
+
+def _log_binomial_terms(k, j):
+    """``log C(k, j)`` as ``(multiplier, log(integer))`` terms: ``sum_{i<j} log(k - i) - log(i + 1)``."""
+    return [(1, math.log(k - i)) for i in range(j)] + [(-1, math.log(i + 1)) for i in range(j)]
+
+
+def _log_hypergeometric_terms(population, g, b, j):
+    """``log P(H = j)``, ``H ~ Hypergeometric(b draws, population, g marked)``, as ``(multiplier, log)`` terms;
+    ``None`` where the weight is exactly 0 (more unmarked draws than unmarked records).
+
+    ``C(g, j) C(M - g, b - j) / C(M, b) = C(g, j) [b! / (b - j)!] [(M - b)! / (M - b - g + j)!] [(M - g)! / M!]``
+    with ``M`` the population: ``2 (g + j)`` logarithms of integers in ``[1, M]``, however large ``M`` and ``b``.
+    """
+    m = population
+    if b - j > m - g:
+        return None
+    terms = _log_binomial_terms(g, j)
+    terms += [(1, math.log(b - i)) for i in range(j)]
+    terms += [(1, math.log(m - b - i)) for i in range(g - j)]
+    terms += [(-1, math.log(m - i)) for i in range(g)]
+    return terms
+
+
+def dominating_weights(log_terms) -> np.ndarray:
+    """Probabilities ``p~_0..p~_J`` that stochastically dominate the exact law, from its log-weights.
+
+    ``log_terms[j]`` is a list of ``(multiplier, value)`` pairs whose sum ``sum m v`` is ``log p_j`` (each
+    ``value`` a logarithm from the C library, within 2 ulp), or ``None`` for ``p_j = 0``.  Above the lowest
+    present weight, ``p~_j >= p_j``: the sum is taken exactly rounded (``math.fsum``) and raised by a bound on
+    every rounding in it (each ``m v`` within ``5 u |m v|``, the sum within ``u |s|``, ``u = 2^-53``, doubled
+    for margin), ``exp`` of it nudged up by ``16 u`` relative (and to the smallest positive double where it
+    underflows).  The lowest present weight is the rest, ``1 - sum p~_j`` in exact rational arithmetic,
+    rounded down.  So every tail ``P(c >= j)`` above the lowest present weight is at least the exact one and
+    the weights sum to at most 1: a mixture-of-Gaussians pair with these weights dominates the exact one
+    (Ganesh 2024, Lemma 2.9; ``MixtureOfGaussians.mixture`` divides by their sum, which only raises the tails
+    further).  The excess is ~1e-13 relative for groups of tens (1e-10 on the lowest weight, which takes it).
+
+    Example:
+      >>> import math
+      >>> p = dominating_weights([[(1, math.log(0.75))], [(1, math.log(0.25))]])
+      >>> bool(p[1] > 0.25), bool(p[1] < 0.25 * (1 + 1e-14)), bool(p.sum() <= 1.0)
+      (True, True, True)
+    """
+    present = [j for j, t in enumerate(log_terms) if t is not None]
+    if not present:
+        raise ValueError("a law needs at least one weight that is not zero.")
+    low = present[0]
+    out = np.zeros(len(log_terms))
+    for j in present[1:]:
+        products = [m * v for m, v in log_terms[j]]
+        s = math.fsum(products)
+        err = 2.0 * (5.0 * _U * math.fsum(abs(x) for x in products) + _U * abs(s))
+        w = math.exp(s + err) * (1.0 + 16.0 * _U)
+        out[j] = max(math.nextafter(w, math.inf), 5e-324)
+    # the lowest present weight takes the rest, in exact rational arithmetic, rounded down
+    rest = 1 - sum(fractions.Fraction(float(w)) for w in out[low + 1 :])
+    w = float(rest)
+    out[low] = max(math.nextafter(w, 0.0) if fractions.Fraction(w) > rest else w, 0.0)
+    return out
+
+
 @pytree_dataclass(data=("noise_multiplier", "sensitivities", "probs"), static=("adjacency",))
 class MixtureOfGaussians(MixtureMechanism):
     """Mixture-of-Gaussians mechanism (Ganesh 2024; Choquette-Choo et al.).
@@ -176,45 +240,73 @@ class MixtureOfGaussians(MixtureMechanism):
 
     @classmethod
     def poisson_group(cls, noise_multiplier, sampling_prob, group_size: int, *, adjacency="add_or_remove"):
-        """Group of ``group_size`` records under Poisson sampling (Ganesh 2024, Thm 3.1)."""
+        """Group of ``group_size`` records under Poisson sampling (Ganesh 2024, Thm 3.1).
+
+        Sensitivity ``c ~ Binomial(group_size, q)``.  The weights are computed in log space and rounded so that
+        the law stochastically dominates the exact binomial (every tail ``P(c >= j)``, ``j >= 1``, rounded up:
+        see :func:`dominating_weights`), which keeps the pair a dominating pair (Ganesh 2024, Lemma 2.9).
+
+        Example:
+          >>> import jaxdp
+          >>> m = jaxdp.MixtureOfGaussians.poisson_group(1.0, 0.5, 2)
+          >>> m.sensitivities.tolist(), [round(p, 12) for p in m.probs.tolist()]
+          ([0.0, 1.0, 2.0], [0.25, 0.5, 0.25])
+        """
         _validate.probability("sampling_prob", sampling_prob)
-        if not isinstance(group_size, (int, np.integer)) or group_size < 1:
+        if not isinstance(group_size, (int, np.integer)) or isinstance(group_size, bool) or group_size < 1:
             raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}.")
         k = int(group_size)
         q = float(sampling_prob)
-        probs = np.array([math.comb(k, i) * q**i * (1 - q) ** (k - i) for i in range(k + 1)])
-        return cls(noise_multiplier, np.arange(k + 1, dtype=np.float64), probs / probs.sum(), adjacency)
+        if q == 1.0:  # every record of the group is in every batch
+            probs = np.zeros(k + 1)
+            probs[k] = 1.0
+            return cls(noise_multiplier, np.arange(k + 1, dtype=np.float64), probs, adjacency)
+        log_q, log_1mq = math.log(q), math.log1p(-q)
+        terms = [[*_log_binomial_terms(k, i), (i, log_q), (k - i, log_1mq)] for i in range(k + 1)]
+        return cls(noise_multiplier, np.arange(k + 1, dtype=np.float64), dominating_weights(terms), adjacency)
 
     @classmethod
     def fixed_batch_group(
         cls, noise_multiplier, *, dataset_size: int, batch_size: int, group_size: int = 1, adjacency="add_or_remove"
     ):
-        """Fixed batch size ``B`` drawn without replacement from ``n`` records, a group of ``g`` (Ganesh 2024, Thm 3.3).
+        """Fixed batches of ``B`` drawn without replacement from a training set of ``N`` records, a group of ``g``.
 
-        Each step of DP-SGD that draws a uniformly random batch of exactly ``batch_size`` examples is dominated
-        (add and remove adjacency of up to ``group_size`` records, datasets of at least ``dataset_size``
-        records) by the mixture with sensitivity ``2 H``, ``H ~ Hypergeometric(B, n + g, g)``:
-        ``P(H = j) = C(g, j) C(n, B - j) / C(n + g, B)``, ``j = 0..min(g, B)``.  The factor 2: a group
-        member in the batch displaces an example that would have been there, and the two clipped
-        gradients can point in opposite directions.  ``group_size=1`` is ordinary example-level DP with a
-        fixed batch size -- not the Poisson-subsampled Gaussian at ``q = B / n``, which under-reports it.
-        The weights are exact (integer arithmetic, then rounded once).
+        ``dataset_size`` is ``N``, the number of records the training run samples its batches from (what
+        :func:`~jaxdp.training.fixed_batch_sample` takes as ``num_examples`` and
+        :meth:`~jaxdp.training.PrivacyTracker.record` as ``dataset_size``).  Ganesh 2024, Thm 3.3, states the
+        bound for neighbouring datasets whose smaller one has at least ``n`` records, with sensitivity ``2 H``,
+        ``H ~ Hypergeometric(B, n + g, g)``: ``P(H = j) = C(g, j) C(n, B - j) / C(n + g, B)``.  The smaller
+        dataset has ``n = N - g`` records under ``"remove"`` (the group is removed from the training set; then
+        ``H`` is the number of group members in a batch drawn from the ``N`` records) and ``n = N`` under
+        ``"add"``; ``"add_or_remove"`` takes ``n = N - g``, which is valid for both directions (Thm 3.3 holds
+        for every dataset of at least ``n`` records).  The factor 2: a group member in the batch displaces an
+        example that would have been there, and the two clipped gradients can point in opposite directions.
+        ``group_size=1`` is ordinary example-level DP with a fixed batch size -- not the Poisson-subsampled
+        Gaussian at ``q = B / N``, which under-reports it.
+
+        The weights are computed in log space (O(g^2) work, whatever ``N`` and ``B``) and rounded so that the
+        law stochastically dominates the exact hypergeometric (:func:`dominating_weights`), which keeps the
+        pair a dominating pair (Ganesh 2024, Lemma 2.9).
 
         Example:
           >>> import jaxdp
-          >>> m = jaxdp.MixtureOfGaussians.fixed_batch_group(1.0, dataset_size=999, batch_size=10)
-          >>> m.sensitivities.tolist(), [round(p, 6) for p in m.probs.tolist()]
+          >>> m = jaxdp.MixtureOfGaussians.fixed_batch_group(1.0, dataset_size=1000, batch_size=10)
+          >>> m.sensitivities.tolist(), [round(p, 6) for p in m.probs.tolist()]   # 10 of the 1000 records
           ([0.0, 2.0], [0.99, 0.01])
         """
-        n = _validate.integer("dataset_size", dataset_size)
+        big_n = _validate.integer("dataset_size", dataset_size)
         b = _validate.integer("batch_size", batch_size)
         g = _validate.integer("group_size", group_size)
-        if b > n:
-            raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
-        total = math.comb(n + g, b)
+        if b > big_n:
+            raise ValueError(f"batch_size must be at most dataset_size ({big_n}), got {b}.")
+        adjacency = _adjacency(adjacency)
+        # the smaller neighbouring dataset (at least 0 records: a group larger than the training set is a
+        # group of at most g records, which Thm 3.3 covers too)
+        n = big_n if adjacency == Adjacency.ADD else max(big_n - g, 0)
         js = range(min(g, b) + 1)
-        probs = np.array([float(fractions.Fraction(math.comb(g, j) * math.comb(n, b - j), total)) for j in js])
-        return cls(noise_multiplier, 2.0 * np.arange(len(probs), dtype=np.float64), probs / probs.sum(), adjacency)
+        terms = [_log_hypergeometric_terms(n + g, g, b, j) for j in js]
+        probs = dominating_weights(terms)
+        return cls(noise_multiplier, 2.0 * np.arange(len(probs), dtype=np.float64), probs, adjacency)
 
     def mixture(self):
         c = _f64(self.sensitivities)
