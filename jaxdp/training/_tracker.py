@@ -2,16 +2,31 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
 from jaxdp.accountants import epsilon_for_delta, method_info
-from jaxdp.mechanisms import Composition, PoissonSubsampledGaussian
+from jaxdp.mechanisms import Composition, MixtureOfGaussians, PoissonSubsampledGaussian
 from jaxdp.numerics import validate as _validate
 
 #: The largest number of further steps :meth:`PrivacyTracker.steps_left` searches.
 MAX_STEPS = 10**7
+# The budget search runs to twice the reported cap, so that a horizon found beyond ``MAX_STEPS`` still answers
+# ``steps_left`` exactly (capped at ``MAX_STEPS``) for the next ``MAX_STEPS`` steps recorded at its hyperparameters.
+_SEARCH_LIMIT = 2 * MAX_STEPS
+
+
+@functools.lru_cache(maxsize=256)
+def _fixed_batch_prob(dataset_size: int, batch_size: int, adjacency) -> float:
+    """The weight ``p`` of sensitivity 2 in ``MixtureOfGaussians.fixed_batch_group`` (a group of one): the
+    probability that the differing record is in the batch, rounded up to dominate.  Cached: ``record`` asks for it
+    every step."""
+    probs = MixtureOfGaussians.fixed_batch_group(
+        1.0, dataset_size=dataset_size, batch_size=batch_size, adjacency=adjacency
+    ).probs
+    return float(probs[1])
 
 
 class PrivacyTracker:
@@ -56,8 +71,14 @@ class PrivacyTracker:
         self.adjacency = adjacency
         self._segments: list[list] = []  # [sigma, q, count]
         self._total = 0
-        # (sigma, q, the largest total number of steps within budget): valid while every step recorded since
-        # it was computed is at (sigma, q) -- ``record`` drops it otherwise
+        # The budget horizon of the last steps_left / can_step query, (sigma, q, H, exact): (sigma, q) are the
+        # query's step parameters (those ``_step_params`` maps Poisson and fixed-batch steps to: they fix the step's
+        # privacy loss, and are what the history records), H the largest *total* number of steps (history + n
+        # steps at (sigma, q)) within budget, computed against the history of that moment.  Recording k more steps
+        # at exactly (sigma, q) turns that history into history + k such steps (runs merge into one segment, so
+        # the accounted composition is the same) and leaves H valid: steps_left = H - num_steps.  Any other record
+        # changes the history otherwise, and ``record`` drops the horizon.  ``exact`` is False when the search hit
+        # its limit: H is then a lower bound, good while it is at least MAX_STEPS ahead of the history.
         self._horizon: tuple | None = None
 
     # -- recording -----------------------------------------------------------------------------------------
@@ -78,11 +99,17 @@ class PrivacyTracker:
         (``PoissonSubsampledGaussian(noise_multiplier, sampling_prob)``).  ``sampling="fixed"``: a batch of
         exactly ``batch_size`` out of ``dataset_size`` examples, drawn without replacement
         (:meth:`~jaxdp.MixtureOfGaussians.fixed_batch_group`, Ganesh 2024, Thm 3.3); no ``sampling_prob``.
-        Its dominating pair, ``N(0, s^2)`` against ``(1 - p) N(0, s^2) + p N(2, s^2)`` with
-        ``p = B / (n + 1)``, is that of the Poisson-subsampled Gaussian at ``(s / 2, p)`` scaled by 2, so it is
-        recorded as such: the same privacy loss, and the same compiled program as Poisson steps.
+        ``dataset_size`` is ``N``, the training set the batches are drawn from.  Its dominating pair,
+        ``N(0, s^2)`` against ``(1 - p) N(0, s^2) + p N(2, s^2)`` with ``p`` the weight of
+        ``fixed_batch_group(s, dataset_size=N, batch_size=B, adjacency=adjacency)`` (``B / N`` under
+        ``"add_or_remove"`` and ``"remove"``, ``B / (N + 1)`` under ``"add"``, rounded up to dominate), is that of
+        the Poisson-subsampled Gaussian at ``(s / 2, p)`` scaled by 2, so it is recorded as such: the same privacy
+        loss, and the same compiled program as Poisson steps.
         """
         sigma, q = self._step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size)
+        horizon = self._horizon
+        if horizon is not None and (horizon[0] != sigma or horizon[1] != q):
+            self._horizon = None  # computed for steps at other parameters: this history is not its history + k
         last = self._segments[-1] if self._segments else None
         if num_steps == 1 and type(num_steps) is int and last is not None and last[0] == sigma and last[1] == q:
             last[2] += 1  # the per-step fast path: these values were checked when the segment began
@@ -92,16 +119,13 @@ class PrivacyTracker:
         _validate.probability("sampling_prob", q)
         _validate.num_steps("num_steps", num_steps)
         n = int(num_steps)
-        if self._horizon is not None and self._horizon[:2] != (sigma, q):
-            self._horizon = None
         if last is not None and last[0] == sigma and last[1] == q:
             last[2] += n
         else:
             self._segments.append([sigma, q, n])
         self._total += n
 
-    @staticmethod
-    def _step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size):
+    def _step_params(self, noise_multiplier, sampling_prob, sampling, dataset_size, batch_size):
         """``(sigma, q)`` of the Poisson-subsampled Gaussian recording a step (see :meth:`record`)."""
         if sampling == "poisson":
             if dataset_size is not None or batch_size is not None:
@@ -118,7 +142,7 @@ class PrivacyTracker:
         if b > n:
             raise ValueError(f"batch_size must be at most dataset_size ({n}), got {b}.")
         _validate.positive("noise_multiplier", noise_multiplier)
-        return 0.5 * float(noise_multiplier), b / (n + 1)
+        return 0.5 * float(noise_multiplier), _fixed_batch_prob(n, b, self.adjacency)
 
     @property
     def num_steps(self) -> int:
@@ -169,46 +193,71 @@ class PrivacyTracker:
         self, *, noise_multiplier, sampling_prob=None, sampling="poisson", dataset_size=None, batch_size=None
     ) -> int:
         """The largest ``n >= 0`` such that ``n`` more steps at these hyperparameters keep the *certified*
-        epsilon within ``target_epsilon`` (at most ``MAX_STEPS``).  The sampling arguments are those of
-        :meth:`record`.
+        epsilon within ``target_epsilon`` (at most ``MAX_STEPS``; 0 when the steps recorded already exceed it).
+        The sampling arguments are those of :meth:`record`.
 
-        Computed with the certified method once per (hyperparameters, steps recorded) change of regime and
-        then kept: while the run records steps at the same hyperparameters the answer is updated in O(1).
+        The answer is that of a fresh tracker given the same history, whatever the order of calls.  It is
+        computed with the certified method when the hyperparameters asked about change, or steps at other
+        hyperparameters were recorded since; while the run records steps at the ones asked about, it is updated
+        in O(1).
         """
-        if self.target_epsilon is None:
-            raise ValueError("steps_left needs a target_epsilon (PrivacyTracker(target_epsilon=...)).")
-        sigma, q = self._step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size)
-        if self._horizon is not None and self._horizon[:2] == (sigma, q):  # the per-step fast path
-            return max(self._horizon[2] - self._total, 0)
-        _validate.positive("noise_multiplier", sigma)
-        _validate.probability("sampling_prob", q)
-        if self._horizon is None or self._horizon[:2] != (sigma, q):
-            self._horizon = (sigma, q, self.num_steps + self._largest_within_budget(sigma, q))
-        return max(self._horizon[2] - self.num_steps, 0)
+        sigma, q = self._query_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size)
+        horizon, left = self._horizon, None
+        if horizon is not None and horizon[0] == sigma and horizon[1] == q:  # the per-step fast path
+            left = horizon[2] - self._total
+            if not horizon[3] and left < MAX_STEPS:
+                left = None  # a lower bound no longer MAX_STEPS ahead: search again
+        if left is None:
+            left = self._horizon_for(sigma, q)[2] - self._total
+        return min(max(left, 0), MAX_STEPS)
 
     def can_step(self, *, noise_multiplier, sampling_prob=None, **sampling) -> bool:
-        """Whether one more step at these hyperparameters stays within ``target_epsilon`` (certified); the
-        sampling arguments are those of :meth:`record`."""
-        return self.steps_left(noise_multiplier=noise_multiplier, sampling_prob=sampling_prob, **sampling) >= 1
+        """Whether one more step at these hyperparameters stays within ``target_epsilon`` (certified), i.e.
+        ``steps_left(...) >= 1``; the sampling arguments are those of :meth:`record`.  O(1) per step while the
+        run records steps at these hyperparameters."""
+        sigma, q = self._query_params(noise_multiplier, sampling_prob, **sampling)
+        horizon = self._horizon
+        if horizon is None or horizon[0] != sigma or horizon[1] != q or (not horizon[3] and horizon[2] <= self._total):
+            horizon = self._horizon_for(sigma, q)
+        return horizon[2] - self._total >= 1  # H exact, or a lower bound: H - total >= 1 proves a step fits
+
+    def _query_params(
+        self, noise_multiplier, sampling_prob=None, sampling="poisson", dataset_size=None, batch_size=None
+    ):
+        if self.target_epsilon is None:
+            raise ValueError("steps_left needs a target_epsilon (PrivacyTracker(target_epsilon=...)).")
+        return self._step_params(noise_multiplier, sampling_prob, sampling, dataset_size, batch_size)
+
+    def _horizon_for(self, sigma, q) -> tuple:
+        """Searches the budget horizon of steps at ``(sigma, q)`` after the current history, and caches it."""
+        _validate.positive("noise_multiplier", sigma)
+        _validate.probability("sampling_prob", q)
+        n = self._largest_within_budget(sigma, q)
+        self._horizon = (sigma, q, self._total + n, n < _SEARCH_LIMIT)
+        return self._horizon
 
     def _certified_with(self, sigma, q, n) -> float:
         return self._epsilon(self.method, (sigma, q, n))
 
-    def _largest_within_budget(self, sigma, q) -> int:
-        """The largest n with certified epsilon(history + n steps) <= target: a guess from the estimate, one
-        secant step on the certified value, then the certified check brackets (usually n and n + 1) and bisects."""
+    def _largest_within_budget(self, sigma, q, limit=_SEARCH_LIMIT) -> int:
+        """The largest ``n <= limit`` with certified epsilon(history + n steps) <= target (0 when there is none):
+        a guess from the estimate, one secant step on the certified value, then the certified check brackets
+        (usually n and n + 1) and bisects.  The result ``n`` satisfies the check and ``n + 1`` does not (or
+        ``n == limit``); the certified epsilon is nondecreasing in n, so it is the largest."""
         target = self.target_epsilon
         cert = lambda n: self._certified_with(sigma, q, n)  # noqa: E731
         ok = lambda n: cert(n) <= target  # noqa: E731
-        guess, slope = self._estimate_guess(sigma, q)
+        guess, slope = self._estimate_guess(sigma, q, limit)
         c = cert(guess)
         n1 = guess
         if math.isfinite(c) and slope > 0:  # the certified curve runs parallel to the estimate near the guess
-            n1 = int(min(max(guess + math.floor((target - c) / slope), 1), MAX_STEPS))
+            shift = (target - c) / slope
+            if math.isfinite(shift):
+                n1 = int(min(max(guess + math.floor(shift), 1), limit))
         if ok(n1):
             lo, hi, step = n1, None, 1
             while hi is None:  # gallop up
-                cand = min(lo + step, MAX_STEPS)
+                cand = min(lo + step, limit)
                 if cand == lo:
                     return lo
                 if ok(cand):
@@ -232,9 +281,9 @@ class PrivacyTracker:
             lo, hi = (mid, hi) if ok(mid) else (lo, mid)
         return lo
 
-    def _estimate_guess(self, sigma, q):
-        """``(n, slope)``: the largest n whose estimate is within the target (to 0.5 %), and the estimate's slope
-        in n there."""
+    def _estimate_guess(self, sigma, q, limit=_SEARCH_LIMIT):
+        """``(n, slope)``: the largest ``n <= limit`` whose estimate is within the target (to 0.5 %; 1 when there
+        is none), and the estimate's slope in n there.  Only a starting point: the certified search decides."""
         cache: dict = {}
 
         def est(n):
@@ -243,9 +292,9 @@ class PrivacyTracker:
             return cache[n]
 
         lo, hi = 1, 2
-        while hi < MAX_STEPS and est(hi) <= self.target_epsilon:
+        while hi < limit and est(hi) <= self.target_epsilon:
             lo, hi = hi, hi * 2
-        hi = min(hi, MAX_STEPS)
+        hi = min(hi, limit)
         while hi - lo > max(1, lo // 200):
             mid = (lo + hi) // 2
             lo, hi = (mid, hi) if est(mid) <= self.target_epsilon else (lo, mid)
