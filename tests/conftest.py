@@ -17,11 +17,13 @@ from hypothesis import HealthCheck, settings
 # calibration and certified programs are compiled by several modules (and doctests), and each
 # compile takes 10-60 s on two cores.  The key covers the program, the options and the JAX
 # version, so a stale entry is never used.
-jax.config.update(
-    "jax_compilation_cache_dir",
-    os.environ.get("JAXDP_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "jaxdp-test-xla-cache")),
-)
+_XLA_CACHE = os.environ.get("JAXDP_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "jaxdp-test-xla-cache"))
+jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+# the subprocesses of test_user_mode.py, test_float64.py and the command-line tests read only the environment:
+# the same cache reaches them there (without it each child compiled every program cold)
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")
 
 settings.register_profile(
     "jaxdp",
