@@ -321,8 +321,25 @@ def _cumulants(m):
 
 def _one_bump(mech) -> bool:
     """(static) whether ``mech`` has one non-zero sensitivity, so one bump in the one-jump summand (see
-    :func:`_one_jump_part`)."""
+    :func:`_one_jump_part`), by its shape (two components).  A larger mixture may have one too where the other
+    components weigh zero (padding, such as :func:`~jaxdp.group_curve`'s): :func:`_one_bump_traced`."""
     return mech.mixture()[1].shape[0] <= 2
+
+
+def _present_sensitivities(mech):
+    """``(log_p, c, present, c_max)``: the components of positive weight and their largest sensitivity (0 if
+    none is positive).  A component of weight zero is no part of the law: reductions over the components skip
+    it."""
+    log_p, c, _ = mech.mixture()
+    present = log_p > -jnp.inf
+    return log_p, c, present, jnp.max(jnp.where(present, c, 0.0))
+
+
+def _one_bump_traced(mech):
+    """Whether the components of positive weight have at most one non-zero sensitivity (traced): the law is then
+    a mixture of ``N(0, s^2)`` and ``N(c, s^2)`` whatever the zero-weight padding."""
+    _, c, present, c_max = _present_sensitivities(mech)
+    return jnp.all(~present | (c == 0.0) | (c == c_max))
 
 
 def _one_jump_part(step_nodes, shape, ts, es, n, use, window=False):
@@ -504,7 +521,7 @@ def _few_log_delta(mech, nodes: _TiltedNodes, n, t, eps, three: bool):
     low in epsilon), at three two steps (-1.2 % there, -2.9 % at sigma 5, q 1e-4, delta 1e-10)."""
     log_p, c, sigma = mech.mixture()
     zero = c == 0.0
-    c_max = jnp.max(c)
+    _, _, _, c_max = _present_sensitivities(mech)
     log_p0 = jax.nn.logsumexp(jnp.where(zero, log_p, -jnp.inf))
     log_p1 = jax.nn.logsumexp(jnp.where(zero, -jnp.inf, log_p))
     c_s = jnp.where(c_max > 0.0, c_max, 1.0)
@@ -522,11 +539,16 @@ def _few_log_delta(mech, nodes: _TiltedNodes, n, t, eps, three: bool):
     return jnp.where(n <= 1, last(eps), two(eps))
 
 
+def _few_possible(mech) -> bool:
+    """(static) whether :func:`_few_log_delta` may apply: a mixture of two components, or of more, which may be
+    a two-point law padded with zero-weight components (:func:`_few_usable` decides, traced)."""
+    return isinstance(mech, MixtureMechanism)
+
+
 def _few_usable(mech, n, few_steps):
-    """Whether :func:`_few_log_delta` applies: one mixture of a zero- and one positive-sensitivity part."""
-    _, c, _ = mech.mixture()
-    c_max = jnp.max(c)
-    return jnp.all((c == 0.0) | (c == c_max)) & (c_max > 0.0) & (n >= few_steps[0]) & (n <= few_steps[1])
+    """Whether :func:`_few_log_delta` applies: one mixture of a zero- and one positive-sensitivity part (the
+    components of weight zero aside)."""
+    return _one_bump_traced(mech) & (_present_sensitivities(mech)[3] > 0.0) & (n >= few_steps[0]) & (n <= few_steps[1])
 
 
 def _few_epsilon(ops, three: bool):
@@ -564,7 +586,7 @@ def _with_few_steps_epsilon(comp, log_delta, eps, u):
     single two-point mixture: :func:`~jaxdp.numerics.sparse_cond`, so that under ``vmap`` only the
     configurations with that few steps pay for it."""
     single = _single_part(comp)
-    if single is None or not _one_bump(single[0]):
+    if single is None or not _few_possible(single[0]):
         return eps
     mech, n = single
     # (the tilt keeps its derivative: the block sums are exact for every tilt only to quadrature accuracy, the
@@ -585,7 +607,7 @@ def _with_few_steps_terms(comp, t, eps, terms):
     """``terms`` (the split's ``(first, second)``) with :func:`_few_log_delta` in place of both for one to three
     steps of a single two-point mixture, and whether it was (``sparse_cond``: see above)."""
     single = _single_part(comp)
-    if single is None or not _one_bump(single[0]):
+    if single is None or not _few_possible(single[0]):
         return terms, jnp.asarray(False)
     mech, n = single
     used = jnp.asarray(False)
@@ -937,8 +959,11 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
 
     many_jumps = None
     if not _one_bump(mech):
-        # (the grid starts at 0: used where the split point is positive, the jumps' sigmoid e^{-32} below 0)
-        many_jumps = (use & (point > 0), lambda: _many_jump_part(step, shape, t, eps))
+        # (the grid starts at 0: used where the split point is positive, the jumps' sigmoid e^{-32} below 0;
+        # not for a law with one non-zero sensitivity padded with zero-weight components: its one bump is
+        # the Edgeworth expansion's, as without the padding)
+        flag = use & (point > 0) & ~jax.lax.stop_gradient(_one_bump_traced(mech))
+        many_jumps = (flag, lambda: _many_jump_part(step, shape, t, eps))
 
     terms = log_delta_split(shape, t, eps, one_jump, bulk_term, many_jumps)
     return eps, shape, terms

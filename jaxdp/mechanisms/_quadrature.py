@@ -63,9 +63,11 @@ def _mode(lr, log_p, b):
     minorise-maximise for ``lr >= 0`` (monotone ascent), bisection on the
     decreasing ``g'`` for ``lr < 0`` (``g`` is then concave).
     """
+    # the hull of the components of positive weight (one of weight zero, padding, is no part of the law)
+    present = log_p > -jnp.inf
     centres = lr * b
-    lo = jnp.min(centres)
-    hi = jnp.max(centres)
+    lo = jnp.min(jnp.where(present, centres, jnp.inf))
+    hi = jnp.max(jnp.where(present, centres, -jnp.inf))
     grid = jnp.linspace(lo, hi, _SCAN_POINTS)
     g = lr * _log_ratio(grid, log_p, b) - 0.5 * grid * grid
     z0 = grid[argmax(g)]
@@ -87,29 +89,37 @@ def _mode(lr, log_p, b):
 
 
 def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0):
-    """Midpoint nodes on the union of windows; returns ``(z, log_h)``.
+    """Midpoint nodes on the union of windows; returns ``(z, log_h)`` (``log_h`` per node).
 
-    ``shift = 1/2`` gives the interleaved set (the other half of the rule of step ``h / 2``).
+    ``shift = 1/2`` gives the interleaved set (the other half of the rule of step ``h / 2``).  A component of
+    weight zero (padding: :func:`~jaxdp.group_curve` pads every group to one shape) places no window and takes
+    no nodes: the rule is that of the components of positive weight, node for node, and the static number of
+    nodes left over sits at the mode with weight zero (``log_h = -inf``).
     """
     k = b.shape[0]
+    present = log_p > -jnp.inf
     mode = _mode(lr, log_p, b)
     # For lr < 0 the integrand is log-concave with curvature <= -1 around its
     # mode, so the component centres carry no mass: collapse them onto the mode
     # (zero-length segments) and spend all nodes on the mode and z = 0 windows.
-    comp_centres = jnp.where(lr >= 0, lr * b, mode)
+    # A component of weight zero is collapsed there too.
+    comp_centres = jnp.where((lr >= 0) & present, lr * b, mode)
     centres = jnp.sort(jnp.concatenate([comp_centres, mode[None], jnp.zeros(1)]))
     two_w = 2.0 * half_width
     seg = jnp.concatenate([jnp.array([two_w]), jnp.minimum(two_w, jnp.diff(centres))])
     ends = jnp.cumsum(seg)
     total = ends[-1]
     n = (k + 2) * nodes_per_window
-    h = total / n
-    u = (jnp.arange(n, dtype=jnp.float64) + (0.5 + shift)) * h
+    n_used = (jnp.sum(present) + 2) * nodes_per_window
+    h = total / n_used
+    index = jnp.arange(n, dtype=jnp.float64)
+    u = (index + (0.5 + shift)) * h
     # segment j covers u in [ends[j-1], ends[j]) and maps to z = centres[j] + W - (ends[j] - u)
     z = centres[0] + half_width - (ends[0] - u)
     for j in range(1, k + 2):
         z = jnp.where(u >= ends[j - 1], centres[j] + half_width - (ends[j] - u), z)
-    return z, jnp.log(h)
+    used = index < n_used
+    return jnp.where(used, z, mode), jnp.where(used, jnp.log(h), -jnp.inf)
 
 
 class MixtureRule(NamedTuple):
