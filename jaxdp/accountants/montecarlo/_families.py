@@ -138,12 +138,12 @@ def solve_theta(fam, target):
     mean).  The mean loss increases with ``theta`` under ``"remove"`` and decreases under ``"add"``."""
     lo, hi = theta_range(fam)
     sign = 1.0 if isinstance(fam, LaplaceFamily) else fam.sign
-    # g(theta) = sign * (mean(theta) - target) increases with sign * theta: bisect on u = sign * theta
+    # g(u) = mean(sign * u) - target increases with u = sign * theta: bisect on u
     a = jnp.zeros_like(target)
     b = jnp.where(sign > 0, hi, -lo) + 0.0 * target
 
     def g(u):
-        return sign * (tilted_mean_loss(fam, sign * u) - target)
+        return tilted_mean_loss(fam, sign * u) - target
 
     def body(_, ab):
         a, b = ab
