@@ -360,9 +360,20 @@ def _online(args):
     seconds = time.perf_counter() - start
     cols = {k: np.asarray(getattr(curve, k), dtype=np.float64) for k in ("epsilon", "stderr", "ci_low", "ci_high")}
     steps = np.asarray(curve.steps)
+    refused = np.asarray(curve.refused, dtype=bool)
+    note = None
+    if refused.any():
+        first = int(steps[np.argmax(refused)])
+        note = (
+            f"{int(refused.sum())} of {len(steps)} steps refused (first: step {first}): the samples cannot vouch for "
+            f"an estimate there (too few effective sample paths beyond epsilon); more --samples "
+            "or a proven method (jaxdp epsilon) for those steps"
+        )
     record = {
         "steps": steps.tolist(),
         **{k: [None if not math.isfinite(v) else v for v in cols[k].tolist()] for k in cols},
+        "refused": refused.tolist(),
+        "note": note,
         "delta": args.delta,
         "method": "montecarlo",
         "certified": False,
@@ -388,12 +399,16 @@ def _online(args):
     last = len(steps) - 1
     marks = sorted({0, min(9, last), min(99, last), last // 2, last})
     body = "\n".join(
-        f"  step {int(steps[i]):>7}: epsilon = {cols['epsilon'][i]:.5g} +- {cols['stderr'][i]:.2g}" for i in marks
+        f"  step {int(steps[i]):>7}: "
+        + ("refused" if refused[i] else f"epsilon = {cols['epsilon'][i]:.5g} +- {cols['stderr'][i]:.2g}")
+        for i in marks
     )
     text = (
         f"online epsilon at delta = {args.delta:g} (Monte Carlo estimate, {args.samples} sample paths, seed "
         f"{args.seed}; not a proven bound), {seconds:.2f} s\n{body}"
     )
+    if note is not None:
+        text += f"\nnote: {note}"
     if args.plot is not None:
         text += f"\nwrote the plot to {args.plot}"
     return text, record

@@ -10,6 +10,7 @@ tests are deterministic; the tolerances come from the curve's own standard error
 from __future__ import annotations
 
 import itertools
+import json
 
 import jax
 import jax.numpy as jnp
@@ -108,6 +109,20 @@ def test_steps_the_samples_cannot_vouch_for_are_refused():
     c = jaxdp.online_epsilon(m, delta=1e-9, max_steps=20, key=jax.random.key(0), num_samples=2_000, estimator="simple")
     assert bool(jnp.all(c.refused))
     assert bool(jnp.all(jnp.isnan(c.epsilon))) and bool(jnp.all(jnp.isnan(c.ci_high)))
+
+
+def test_the_command_line_says_which_steps_are_refused(capsys):
+    """``jaxdp online`` names the refused steps and why, in the report and in its JSON (null, not a number)."""
+    from jaxdp.cli import main
+
+    argv = "online --sigma 1.0 --q 0.5 --max-steps 5 --delta 1e-12 --samples 200".split()
+    assert main([*argv, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["refused"][1:] == [True] * 4 and out["epsilon"][1:] == [None] * 4
+    assert "4 of 5 steps refused (first: step 2)" in out["note"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "step       3: refused" in text and "note: 4 of 5 steps refused" in text
 
 
 # -- the pieces ------------------------------------------------------------------------------------------------
