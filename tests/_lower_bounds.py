@@ -14,6 +14,11 @@ likelihood ratio of the pair for ``S`` is monotone in ``s``, so ``delta_S`` is
 ``P(A) - e^eps Q(A)`` on a half-line ``A``, any half-line giving a lower bound.
 For one step (and for compositions of Gaussians with equal noise) it is exact.
 
+The soundness checks use :func:`lower_log_delta`: the larger of this bound and, where it applies (the
+DP-SGD range: Poisson-subsampled Gaussians, their schedules and mixtures, moderate noise and steps), the proven
+FFT lower bound of ``_fft_reference.TiltedLowerBound``, which is 0.001-0.1 % below the truth in epsilon on the
+reference rows where this one is 7-97 % below.
+
 Floating point: the masses are computed in log space with ``log_ndtr``; the
 mixture-side weights are truncated where they are below ``1e-300`` relative,
 and the dropped mass is charged against the bound where it could raise it (a
@@ -157,3 +162,76 @@ def psg(sigma, q, n=1):
 def exact_one_step_log_delta(sigma, c, p, direction, eps):
     """Exact ``log delta(eps)`` of one step of a mixture pair (the sum statistic of one output is the output)."""
     return sum_statistic_log_delta([(sigma, c, p, 1)], direction, eps)
+
+
+# -- the dispatcher: the rounded-down FFT where it applies, the sum statistic everywhere ---------------------------
+
+#: where the FFT lower bound (``_fft_reference.TiltedLowerBound``) is used: compositions of Gaussian-mixture steps
+#: with sensitivities >= 0 (the Poisson-subsampled Gaussian, schedules of it, mixtures), not all plain Gaussians
+#: (there the sum statistic is exact), noise and step counts of the DP-SGD range.  Outside it, and where it
+#: fails, only the sum statistic checks.
+FFT_SIGMA_RANGE = (0.2, 1e3)
+FFT_MAX_STEPS = 1_000_000
+FFT_N = 2**19  # slots of the default FFT: ~0.5-1.5 s a bound, ~0.1 % below the truth in epsilon at mnist_1.1
+
+_FFT_CACHE: dict = {}
+
+
+def fft_applies(parts) -> bool:
+    """Whether :func:`lower_log_delta` uses the FFT bound for ``parts``."""
+    if not 1 < sum(int(n) for *_, n in parts) <= FFT_MAX_STEPS:  # one step: the sum statistic is exact
+        return False
+    plain = True
+    for sigma, c, p, _ in parts:
+        c, p = np.asarray(c, dtype=np.float64), np.asarray(p, dtype=np.float64)
+        live = c[p > 0]
+        if np.any(live < 0) or not np.any(live > 0) or not FFT_SIGMA_RANGE[0] <= sigma <= FFT_SIGMA_RANGE[1]:
+            return False
+        plain = plain and len(live) == 1
+    return not plain
+
+
+def _key(parts):
+    return tuple((float(s), tuple(map(float, c)), tuple(map(float, p)), int(n)) for s, c, p, n in parts)
+
+
+def fft_bound(parts, direction, *, eps=None, log_delta=None, n_fft=None):
+    """The FFT lower bound's curve for one direction, anchored at ``eps`` (a delta query) or where ``log delta``
+    is ``log_delta`` (an epsilon query); ``None`` where it does not apply or fails (cached)."""
+    from _fft_reference import TiltedLowerBound, lower_bound_at_delta
+
+    n_fft = n_fft or FFT_N
+    key = (_key(parts), direction, eps, log_delta, n_fft)
+    if key not in _FFT_CACHE:
+        if len(_FFT_CACHE) > 16:
+            _FFT_CACHE.clear()
+        bound = None
+        if fft_applies(parts):
+            try:
+                if log_delta is not None:
+                    bound = lower_bound_at_delta(parts, direction, log_delta, n_fft=n_fft)
+                else:
+                    bound = TiltedLowerBound(parts, direction, eps, n_fft=n_fft)
+            except (ValueError, ArithmeticError, IndexError, MemoryError):  # outside its working range: unused
+                bound = None
+        _FFT_CACHE[key] = bound
+    return _FFT_CACHE[key]
+
+
+def lower_log_delta(parts, directions, eps, *, log_delta=None, n_fft=None, which=None) -> float:
+    """The best independent lower bound on ``log delta(eps)`` (``<= 0``; ``-inf`` where it is 0) for adjacency
+    ``directions`` (several: the larger of them, as add-or-remove): the FFT bound where :func:`fft_applies`, and
+    the sum statistic, the larger of the two.  ``log_delta``: the target of an epsilon query (the FFT bound is then
+    anchored at the epsilon of that delta, so that one transform checks every method's answer).  ``which``: a list
+    that gets ``"fft"`` or ``"sum"``, whichever gave the value."""
+    best, src = -math.inf, "sum"
+    for d in directions:
+        best = max(best, sum_statistic_log_delta(parts, d, eps))
+        bound = fft_bound(parts, d, eps=None if log_delta is not None else float(eps), log_delta=log_delta, n_fft=n_fft)
+        if bound is not None:
+            got = bound.log_delta(eps)
+            if got > best:
+                best, src = got, "fft"
+    if which is not None:
+        which.append(src)
+    return min(best, 0.0)

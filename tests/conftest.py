@@ -78,7 +78,49 @@ SLOW_TESTS = {
     # gradient and the stacked schedules
     "tests/test_schedules.py::test_stacked_equals_part_by_part[saddlepoint]",  # 120 s
     "tests/test_schedules.py::test_schedule_gradient_matches_finite_differences",  # 83 s
+    # 2026-11-27 (issue 42): the calibrators' doctests compile the calibrations test_calibrate.py moved to -m slow
+    # (61 s and 58 s in a cold CI run); calibrate_noise_multiplier's doctest stays
+    "jaxdp/calibration/_calibrate.py::jaxdp.calibration._calibrate.calibrate_sampling_prob",
+    "jaxdp/calibration/_calibrate.py::jaxdp.calibration._calibrate.calibrate_num_steps",
 }
+
+
+# -- where the suite's time goes (JAXDP_TEST_PROFILE=DIR): per test, the seconds JAX spent tracing, lowering and
+# compiling, and the programs it compiled (by name); benchmarks/suite_profile.py reads the files
+_PROFILE_DIR = os.environ.get("JAXDP_TEST_PROFILE")
+_profile = {"test": "<collection>", "tests": {}}
+
+
+def _on_jax_duration(event, duration, **kwargs):
+    kind = {
+        "/jax/core/compile/backend_compile_duration": "compile",
+        "/jax/core/compile/jaxpr_trace_duration": "trace",
+        "/jax/core/compile/jaxpr_to_mlir_module_duration": "lower",
+    }.get(event)
+    if kind is None:
+        return
+    rec = _profile["tests"].setdefault(_profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []})
+    rec[kind] += duration
+    if kind == "compile":
+        rec["programs"].append([str(kwargs.get("fun_name", "?")), round(duration, 3)])
+
+
+if _PROFILE_DIR:
+    jax.monitoring.register_event_duration_secs_listener(_on_jax_duration)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item, nextitem):
+        _profile["test"] = item.nodeid
+        yield
+        _profile["test"] = "<between tests>"
+
+    def pytest_sessionfinish(session, exitstatus):
+        import json
+
+        os.makedirs(_PROFILE_DIR, exist_ok=True)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        with open(os.path.join(_PROFILE_DIR, f"profile-{worker}.json"), "w") as f:
+            json.dump(_profile["tests"], f)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -95,12 +137,29 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+#: resident memory (bytes) above which JAX's in-memory caches are dropped after a test module
+RELEASE_ABOVE = int(float(os.environ.get("JAXDP_TEST_RELEASE_GB", "4")) * 2**30)
+
+
+def _resident_bytes():
+    """This process's resident memory (Linux ``/proc``; elsewhere ``None``)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs():
-    """Drops JAX's compiled programs after each test module.
+    """Drops JAX's compiled programs after a test module once the process holds more than ``RELEASE_ABOVE``.
 
-    The certified and calibration tests compile large programs; kept for the whole
-    run in one process they add up (a serial run once ended in a segmentation fault).
+    The certified and calibration tests compile large programs; kept for the whole run in one process they add
+    up (a serial run once ended in a segmentation fault).  Dropping them after every module made each module
+    trace and lower the programs it shares with others again (the persistent cache saves only the XLA compile),
+    so they go only when memory asks for it.
     """
     yield
-    jax.clear_caches()
+    rss = _resident_bytes()
+    if rss is None or rss > RELEASE_ABOVE:
+        jax.clear_caches()

@@ -1,6 +1,37 @@
-"""Run the shared conformance suite over the foundation accountants."""
+"""Run the shared conformance suite over the accountants that have no test module of their own to hold it.
 
+Every method of ``jaxdp.available_methods()`` runs the suite (``test_every_registered_method_runs_the_suite``):
+``rdp`` and ``exact`` here, ``saddlepoint``, ``saddlepoint-certified``, ``certified`` and ``characteristic`` in
+their modules, and here the alias ``saddlepoint-split``, ``saddlepoint-delta2``, ``certified-fast`` and
+``characteristic-real``.  Of those four, the default run keeps ``certified-fast``'s checks that need nothing beyond
+its plain epsilon / delta programs (other default tests compile them), a few more of the cheap
+``saddlepoint-delta2``, and registration and validation of the other two; everything else is in each class's
+``slow_checks`` (``-m slow``).
+"""
+
+import jax
+import pytest
 from conformance import AccountantConformance
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jaxdp
+
+#: the checks that compile no program beyond a method's plain epsilon(delta) and delta(eps) of the
+#: Poisson-subsampled Gaussian (validation raises before anything is traced)
+PLAIN = frozenset(
+    {
+        "test_method_is_registered",
+        "test_returns_float64_scalars",
+        "test_no_recompilation_on_new_values",
+        "test_delta_of_epsilon_round_trip",
+        "test_epsilon_validation",
+        "test_delta_validation",
+    }
+)
+#: the checks that compile nothing at all
+NO_PROGRAM = frozenset({"test_method_is_registered", "test_epsilon_validation", "test_delta_validation"})
+ALL_CHECKS = frozenset(name for name in dir(AccountantConformance) if name.startswith("test_"))
 
 
 class TestRdpConformance(AccountantConformance):
@@ -15,3 +46,105 @@ class TestExactConformance(AccountantConformance):
     method = "exact"
     subsampled = False
     steps = 4
+
+
+class TestSaddlepointSplitConformance(AccountantConformance):
+    """``saddlepoint-split``: ``saddlepoint`` under its name in jaxdp 0.1.0, the same programs.  Loading even the
+    plain ones costs ~10-25 s a process (the split estimate traces slowly), and ``TestSaddlepointConformance``
+    runs them in the default run: here everything but registration and validation runs under -m slow."""
+
+    method = "saddlepoint-split"
+    certified = False
+    slow_checks = ALL_CHECKS - NO_PROGRAM
+
+
+class TestSaddlepointDelta2Conformance(AccountantConformance):
+    """The one-Gaussian delta_2 approximation: its programs compile in seconds, so the user's jit and a gradient
+    stay in the default run."""
+
+    method = "saddlepoint-delta2"
+    certified = False
+    slow_checks = ALL_CHECKS - PLAIN - {"test_user_jit_equals_call", "test_grad_delta_wrt_sigma"}
+
+
+class TestCertifiedFastConformance(AccountantConformance):
+    """``certified`` on an 8x coarser lattice: the tolerances of ``TestCertifiedConformance``
+    (tests/test_certified.py), and every check that compiles a program of its own under -m slow (each a lattice
+    FFT pipeline, 10-60 s cold on two cores)."""
+
+    method = "certified-fast"
+    grad_rtol = 2e-3
+    jit_rtol = 1e-9
+    roundtrip_rtol = 1e-3
+    slow_checks = ALL_CHECKS - PLAIN
+
+    # the regime where the bound is tight (see TestCertifiedConformance)
+    @given(
+        sigma=st.floats(0.6, 4.0),
+        q=st.floats(1e-2, 0.3),
+        steps=st.integers(50, 3000),
+        log10_delta=st.floats(-12, -3),
+    )
+    def test_monotone_in_sigma_q_and_steps(self, sigma, q, steps, log10_delta):
+        super().test_monotone_in_sigma_q_and_steps.hypothesis.inner_test(self, sigma, q, steps, log10_delta)
+
+
+_REAL_AXIS = "characteristic-real (a baseline) fails this check: "
+
+
+class TestCharacteristicRealConformance(AccountantConformance):
+    """The real-axis (Gil-Pelaez) inversion, a baseline (its registry entry: it loses its digits below delta
+    ~ 1e-10).  Its quadrature noise (~1e-9..4e-6 relative) sets the tolerances of the transformation checks, and
+    the round trip stops at 1e-6.  It *fails* four checks, kept as strict expected failures with the measured
+    figures (a fix makes them pass and the marks must go).  No other default test compiles its
+    Poisson-subsampled programs, so all but registration and validation run under -m slow."""
+
+    method = "characteristic-real"
+    certified = False
+    grad_rtol = 1e-5
+    jit_rtol = 1e-5  # eager against jitted: 3.6e-6 at sigma 0.9 (measured; characteristic: 3.9e-11)
+    transform_rtol = 1e-7  # user jit 1.5e-9, vmap 4.3e-8 (measured)
+    directions_rtol = 1e-5  # 9.8e-7 at sigma 0.8, q 0.05, 200 steps, delta 1e-6
+    roundtrip_deltas = (1e-3, 1e-6)
+    slow_checks = ALL_CHECKS - NO_PROGRAM
+
+    @pytest.mark.xfail(strict=True, reason=_REAL_AXIS + "vmap against the loop differs by 2.8e-6 at delta 1e-8")
+    def test_vmap_over_steps_and_delta(self):
+        super().test_vmap_over_steps_and_delta()
+
+    @pytest.mark.xfail(strict=True, reason=_REAL_AXIS + "d delta / d sigma is 30 % off finite differences at 2e-8")
+    def test_grad_delta_wrt_sigma(self):
+        super().test_grad_delta_wrt_sigma()
+
+    @pytest.mark.xfail(strict=True, reason=_REAL_AXIS + "d eps / d q is 5.8e-4 off finite differences")
+    def test_grad_epsilon_wrt_q(self):
+        super().test_grad_epsilon_wrt_q()
+
+    # one step at small q: epsilon 0.677 at sigma 1, q 0.0039, delta 1e-5, and 0.212 at 51 steps
+    @pytest.mark.xfail(strict=True, reason=_REAL_AXIS + "epsilon is not monotone in steps, q, sigma, delta")
+    def test_monotone_in_sigma_q_and_steps(self):
+        super().test_monotone_in_sigma_q_and_steps()
+
+
+def test_every_registered_method_runs_the_suite():
+    import test_certified
+    import test_characteristic
+    import test_saddlepoint
+
+    classes = [
+        TestRdpConformance,
+        TestExactConformance,
+        TestSaddlepointSplitConformance,
+        TestSaddlepointDelta2Conformance,
+        TestCertifiedFastConformance,
+        TestCharacteristicRealConformance,
+        test_certified.TestCertifiedConformance,
+        test_characteristic.TestCharacteristicConformance,
+        test_saddlepoint.TestSaddlepointConformance,
+        test_saddlepoint.TestSaddlepointCertifiedConformance,
+    ]
+    assert all(issubclass(c, AccountantConformance) for c in classes)
+    assert sorted(c.method for c in classes) == sorted(jaxdp.available_methods())
+    for c in classes:  # the flags the suite checks against the registry
+        assert c.certified == jaxdp.method_info(c.method).certified, c.method
+    assert jax.config.jax_enable_x64 is False  # the suite runs as users do (tests/conftest.py)

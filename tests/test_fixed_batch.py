@@ -221,7 +221,9 @@ def test_group_curve_matches_the_reference_rows_and_the_black_box_is_looser():
     )
     assert list(c.group_sizes) == [1, 2, 3, 4]
     for g in (1, 2, 4):
-        assert float(c.epsilon[g - 1]) == pytest.approx(rows[g]["epsilon"], rel=5e-3)
+        # the shared table's oracle is solved to ~1.5e-5 in epsilon (dp_accounting's PLD agrees to 6e-6 at g = 2
+        # and 4): a 0.1 % error fails here (it passed rel=5e-3)
+        assert float(c.epsilon[g - 1]) == pytest.approx(rows[g]["epsilon"], rel=5e-5)
     eps = np.asarray(c.epsilon)
     black = np.asarray(c.black_box_epsilon)
     assert black[0] == pytest.approx(eps[0], rel=1e-9)

@@ -26,6 +26,9 @@ from tests.reference_values import ROWS
 
 Z_TOL = 4.5  # standard errors (with ~20 checks, a 4.5-sigma miss has probability ~1e-4)
 KEY = jax.random.key(20261124)
+#: the sample count of the Poisson-subsampled Gaussian checks: the count is static (a program each), so one count
+#: serves them all (issue 42: twelve counts were twelve programs)
+N = 16384
 
 
 def _gaussian_delta(sigma, steps, eps):
@@ -59,7 +62,7 @@ def test_gaussian_composition_matches_closed_form(estimator):
 def test_subsampled_gaussian_matches_reference_table(estimator):
     # psg_0.5_1e-3_1000 at eps = 2: delta 1.51e-4 (the shared reference table, add-or-remove)
     m = jaxdp.PoissonSubsampledGaussian(0.5, 1e-3)
-    est = jaxdp.montecarlo_delta(m, epsilon=2.0, num_steps=1000, key=KEY, num_samples=8192, estimator=estimator)
+    est = jaxdp.montecarlo_delta(m, epsilon=2.0, num_steps=1000, key=KEY, num_samples=N, estimator=estimator)
     _close(est, _ref("psg_0.5_1e-3_1000", 2.0))
     assert float(est.stderr) < 0.05 * float(est.value)
 
@@ -68,10 +71,10 @@ def test_tilted_sees_delta_1e10_where_simple_sees_nothing():
     # psg_1.0_0.01_2000 at eps = 4: delta 7.33e-10 (reference table); simple MC with 4096 samples sees no event
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
     truth = _ref("psg_1.0_0.01_2000", 4.0)
-    est = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=4096)
+    est = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=N)
     _close(est, truth)
     assert float(est.stderr) < 0.1 * truth
-    simple = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=4096, estimator="simple")
+    simple = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=N, estimator="simple")
     assert float(simple.value) == 0.0
 
 
@@ -121,24 +124,24 @@ def test_estimators_agree_with_each_other():
 def test_epsilon_query_matches_reference_row_and_interval_covers():
     row = next(r for r in ROWS if r["case"] == "psg_0.65_0.01" and r["steps"] == 500)
     m = jaxdp.PoissonSubsampledGaussian(0.65, 0.01)
-    est = jaxdp.montecarlo_epsilon(m, delta=1e-5, num_steps=500, key=KEY, num_samples=8192)
+    est = jaxdp.montecarlo_epsilon(m, delta=1e-5, num_steps=500, key=KEY, num_samples=N)
     assert abs(float(est.value) - row["epsilon"]) <= Z_TOL * float(est.stderr) + 1e-4
     assert float(est.ci_low) <= float(est.value) <= float(est.ci_high)
     assert float(est.stderr) < 0.01 * row["epsilon"]
     # through the generic entry point
-    eps = jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=500, method="montecarlo", key=KEY, num_samples=8192)
+    eps = jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=500, method="montecarlo", key=KEY, num_samples=N)
     assert float(eps) == float(est.value)
 
 
 def test_same_key_same_estimate_new_key_new_estimate():
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)
-    a = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=KEY, num_samples=5000)
-    b = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=KEY, num_samples=5000)
-    c = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=jax.random.key(7), num_samples=5000)
+    a = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=KEY, num_samples=N)
+    b = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=KEY, num_samples=N)
+    c = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=jax.random.key(7), num_samples=N)
     assert float(a.value) == float(b.value) and float(a.stderr) == float(b.stderr)
     assert float(a.value) != float(c.value)
     # raw uint32 key data are accepted and mean the same key
-    d = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=jax.random.key_data(KEY), num_samples=5000)
+    d = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=20, key=jax.random.key_data(KEY), num_samples=N)
     assert float(d.value) == float(a.value)
 
 
@@ -204,11 +207,11 @@ def test_sweep_equals_vmap_and_a_loop():
 def test_inside_user_jit_and_vmap_with_x64_off():
     assert not jax.config.jax_enable_x64
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)
-    eager = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=10, key=KEY, num_samples=4096)
+    eager = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=10, key=KEY, num_samples=N)
     jitted = jax.jit(
         lambda s: (
             jaxdp.montecarlo_delta(
-                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=4096
+                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=N
             ).value
         )
     )(1.0)
@@ -217,7 +220,7 @@ def test_inside_user_jit_and_vmap_with_x64_off():
     batched = jax.vmap(
         lambda s: (
             jaxdp.montecarlo_delta(
-                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=4096
+                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=N
             ).value
         )
     )(jnp.array([1.0, 2.0]))

@@ -20,15 +20,12 @@ from jaxdp.numerics import to_f64
 class TestSaddlepointConformance(AccountantConformance):
     method = "saddlepoint"
     certified = False
-    # each compiles a new split-estimate program (80-130 s cold on 2 cores): run with -m slow.  d eps / d sigma,
-    # vmap, the user's jit and validation stay in the default run; d eps / d q against finite differences is
-    # tests/test_saddlepoint_split.py's, schedules are too
+    # each compiles a new split-estimate program (80-130 s cold on 2 cores): run with -m slow.  The gradient
+    # checks share two programs (d eps and d delta / d(sigma, q), see conformance.py) with the other modules'
+    # gradient tests, the two vmap checks one: they stay in the default run, with the user's jit and validation
     slow_checks = frozenset(
         {
             "test_jit_equals_eager",
-            "test_gradients_finite_on_a_grid",
-            "test_grad_epsilon_wrt_q",
-            "test_grad_delta_wrt_sigma",
             "test_traced_invalid_input_gives_nan",
             "test_heterogeneous_composition",
         }
@@ -119,23 +116,37 @@ def test_no_nan_gradients_on_the_reference_grid():
             assert np.isfinite(float(gq)) and float(gq) > 0
 
 
-@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified"])
-def test_gradient_finite_where_one_direction_has_zero_delta(method):
-    """Add adjacency past its largest loss (100 steps x -log(1 - q) = 3.6 < eps = 4): delta_add is
-    exactly 0, its saddle point sits at the bracket's edge.  The answer is the remove direction's,
-    and so are both derivatives -- forward and reverse -- which were NaN (0 x NaN in the max)."""
-    q, n = 0.03534981105030106, 100
+def _zero_add_delta(method):
+    """log delta at epsilon 4 after 100 steps at q = 0.0353..., as a function of (sigma, q): add adjacency past its
+    largest loss (100 steps x -log(1 - q) = 3.6 < eps = 4), so delta_add is exactly 0."""
 
-    def log_delta(s):
-        m = jaxdp.PoissonSubsampledGaussian(s, q)
-        return jaxdp.log_delta_for_epsilon(m, epsilon=4.0, num_steps=n, method=method)
+    def log_delta(s, qq=0.03534981105030106):
+        m = jaxdp.PoissonSubsampledGaussian(s, qq)
+        return jaxdp.log_delta_for_epsilon(m, epsilon=4.0, num_steps=100, method=method)
 
     # the split estimate (saddlepoint): 7e-5 here -- its quadrature nodes are held fixed for the derivative
     # (they move with sigma in the finite difference), and its split sigmoid is sharp on their scale
-    rtol = 1e-4 if method == "saddlepoint" else 1e-5
+    return log_delta, 1e-4 if method == "saddlepoint" else 1e-5
+
+
+@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified"])
+def test_gradient_finite_where_one_direction_has_zero_delta(method):
+    """delta_add is exactly 0, its saddle point sits at the bracket's edge.  The answer is the remove direction's,
+    and so is the derivative, which was NaN (0 x NaN in the max).  (d/d(sigma, q): the program of the conformance
+    suite's delta gradient, not one of its own.)"""
+    log_delta, rtol = _zero_add_delta(method)
     with x64():
         fd = central_difference(log_delta, 1.0)
-        assert float(jax.grad(log_delta)(1.0)) == pytest.approx(fd, rel=rtol)
+        grad = jax.grad(log_delta, argnums=(0, 1))(1.0, 0.03534981105030106)
+        assert float(grad[0]) == pytest.approx(fd, rel=rtol)
+
+
+# the forward derivative: a program of its own (the split estimate's: ~100 s cold, -m slow)
+@pytest.mark.parametrize("method", [pytest.param("saddlepoint", marks=pytest.mark.slow), "saddlepoint-certified"])
+def test_forward_derivative_finite_where_one_direction_has_zero_delta(method):
+    log_delta, rtol = _zero_add_delta(method)
+    with x64():
+        fd = central_difference(log_delta, 1.0)
         assert float(jax.jvp(log_delta, (1.0,), (1.0,))[1]) == pytest.approx(fd, rel=rtol)
 
 
@@ -165,7 +176,24 @@ def test_cost_is_independent_of_the_number_of_steps():
     assert math.isfinite(e) and e > 10
 
 
-# -- dp_accounting PLD cross-check ------------------------------------------------------
+# -- dp_accounting PLD cross-check, and a proven lower bound ------------------------------------------------------
+
+#: Proven lower bounds on the true epsilon (add_or_remove is at least its remove direction): tests/_fft_reference.py's
+#: TiltedLowerBound (numpy; every step's loss rounded down, n_fft 2**22), computed 2026-11-27.  Beside them
+#: dp_accounting's pessimistic PLD (discretisation 1e-4), a proven upper bound: the truth lies in between.
+#: ``test_pinned_lower_bounds_are_what_the_oracle_gives`` (-m slow) recomputes them.
+FFT_LOWER = {
+    (1.0, 0.02, 1000, 1e-6): 4.4451822297825325,  # PLD 4.4452271: the bracket is 1.0e-5 wide
+    (0.8, 0.005, 5000, 1e-5): 3.178901391115408,  # PLD 3.1791464: 7.7e-5
+    (1.0, 1e-3, 10_000, 1e-6): 0.5543784879921276,
+    (1.2, 2e-3, 5_000, 1e-9): 0.8119532165005622,
+    (1.0, 1e-2, 1_000, 1e-10): 3.29037581362123,
+}
+
+
+def _assert_not_below_the_truth(upper, lower):
+    """A certified epsilon below a proven lower bound on the truth is not a bound."""
+    assert upper >= lower, f"certified {upper!r} is below the proven lower bound {lower!r} on the true epsilon"
 
 
 @pytest.mark.parametrize("sigma,q,steps,delta", [(1.0, 0.02, 1000, 1e-6), (0.8, 0.005, 5000, 1e-5)])
@@ -180,21 +208,46 @@ def test_agrees_with_dp_accounting_pld(sigma, q, steps, delta):
     got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint"))
     upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-certified"))
     assert got == pytest.approx(want, rel=0.01)
-    assert upper >= want * (1 - 1e-3)
+    # one-sided: the pessimistic PLD is above the truth, so ``upper >= want * (1 - 1e-3)`` passed a bound 0.1 %
+    # below it; the proven lower bound is within 1e-4 of the truth here
+    _assert_not_below_the_truth(upper, FFT_LOWER[(sigma, q, steps, delta)])
+
+
+@pytest.mark.parametrize("sigma,q,steps,delta", [(1.0, 0.02, 1000, 1e-6), (0.8, 0.005, 5000, 1e-5)])
+def test_the_lower_bound_check_rejects_a_bound_a_tenth_of_a_percent_below_the_truth(sigma, q, steps, delta):
+    """The truth is at most the pessimistic PLD (written beside ``FFT_LOWER``); the check rejects that x (1 - 1e-3),
+    so any certified value 0.1 % below the truth."""
+    pld = {(1.0, 0.02, 1000, 1e-6): 4.445227107357211, (0.8, 0.005, 5000, 1e-5): 3.1791464024134317}
+    lower = FFT_LOWER[(sigma, q, steps, delta)]
+    _assert_not_below_the_truth(pld[(sigma, q, steps, delta)], lower)
+    with pytest.raises(AssertionError, match="below the proven lower bound"):
+        _assert_not_below_the_truth(pld[(sigma, q, steps, delta)] * (1 - 1e-3), lower)
 
 
 @pytest.mark.parametrize(
-    "sigma,q,steps,delta,truth",
-    # the issue-20 rows; truth: the characteristic accountant, which agrees with prv_accountant to ~2e-6 here
-    [(1.0, 1e-3, 10_000, 1e-6, 0.5551397), (1.2, 2e-3, 5_000, 1e-9, 0.8123913), (1.0, 1e-2, 1_000, 1e-10, 3.2904438)],
+    "sigma,q,steps,delta",
+    # the issue-20 rows
+    [(1.0, 1e-3, 10_000, 1e-6), (1.2, 2e-3, 5_000, 1e-9), (1.0, 1e-2, 1_000, 1e-10)],
 )
-def test_certified_bound_is_never_looser_than_its_chernoff_term(sigma, q, steps, delta, truth):
+def test_certified_bound_is_never_looser_than_its_chernoff_term(sigma, q, steps, delta):
     """At small q the Berry-Esseen term alone left the bound above the RDP bound (1.050 against 0.978 on the
-    first row); the Chernoff bound at the same tilt keeps it at RDP's level, and it stays above the truth."""
+    first row); the Chernoff bound at the same tilt keeps it at RDP's level, and it stays above the truth (a proven
+    lower bound on it, ``FFT_LOWER``)."""
     m = jaxdp.PoissonSubsampledGaussian(sigma, q)
     upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-certified"))
     rdp = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="rdp"))
-    assert truth <= upper <= rdp * (1 + 1e-3)
+    _assert_not_below_the_truth(upper, FFT_LOWER[(sigma, q, steps, delta)])
+    assert upper <= rdp * (1 + 1e-3)
+
+
+@pytest.mark.slow  # ~10 s of numpy FFTs a row
+@pytest.mark.parametrize("key", sorted(FFT_LOWER))
+def test_pinned_lower_bounds_are_what_the_oracle_gives(key):
+    from _fft_reference import lower_bound_at_delta
+
+    sigma, q, steps, delta = key
+    bound = lower_bound_at_delta([(sigma, [0.0, 1.0], [1 - q, q], steps)], "remove", math.log(delta), n_fft=2**22)
+    assert bound.epsilon(math.log(delta)) == pytest.approx(FFT_LOWER[key], rel=1e-9)
 
 
 # -- the detailed terms -------------------------------------------------------------------

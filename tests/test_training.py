@@ -387,3 +387,30 @@ def test_a_single_run_is_accounted_as_the_mechanism_and_equals_a_one_segment_sta
     stack = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 701))
     for method, got in (("rdp", tracker.epsilon()), ("saddlepoint", tracker.epsilon_estimate())):
         assert got == pytest.approx(float(jaxdp.epsilon_for_delta(stack, delta=1e-5, method=method)), rel=1e-9)
+
+
+def test_tracker_with_the_default_certified_method_against_the_reference_table():
+    """``PrivacyTracker(delta=..., target_epsilon=...)`` as the README writes it: the library's default accountant
+    (``certified``), on the reference table's mnist_1.1 row (a run recorded in two calls).  Its epsilon is never
+    below the table's (an independent tilted FFT, solved to 1e-5) and no looser than dp_accounting's pessimistic
+    PLD; the budget horizon holds the certified value within the target, one more step does not.  (The horizon
+    search's starting guess comes from ``estimate_method``: ``rdp`` here, whose program the module has loaded
+    already; the default split estimate would add its own, ~20 s.)"""
+    import reference_values as ref
+
+    (row,) = [r for r in ref.ROWS if r["case"] == "mnist_1.1"]
+    sigma, q, steps = row["sigma"], row["q"], row["steps"]
+    tracker = PrivacyTracker(delta=row["delta"], target_epsilon=2.4, estimate_method="rdp")
+    assert tracker.method is None  # the library default
+    tracker.record(noise_multiplier=sigma, sampling_prob=q, num_steps=steps - 40)
+    tracker.record(noise_multiplier=sigma, sampling_prob=q, num_steps=40)
+    got = tracker.epsilon()
+    assert row["epsilon"] - 1e-5 <= got <= row["dp_accounting_pld"] * (1 + 1e-8), got
+    left = tracker.steps_left(noise_multiplier=sigma, sampling_prob=q)
+
+    def certified(n):
+        m = jaxdp.PoissonSubsampledGaussian(sigma, q)
+        return float(jaxdp.epsilon_for_delta(m, num_steps=n, delta=row["delta"], method="certified"))
+
+    assert 0 < left < steps  # 2.4 is ~1 % above the value at 14,040 steps
+    assert certified(steps + left) <= 2.4 < certified(steps + left + 1)
