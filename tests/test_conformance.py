@@ -11,9 +11,8 @@ its plain epsilon / delta programs (other default tests compile them), a few mor
 
 import jax
 import pytest
+import test_certified
 from conformance import AccountantConformance
-from hypothesis import given
-from hypothesis import strategies as st
 
 import jaxdp
 
@@ -67,26 +66,13 @@ class TestSaddlepointDelta2Conformance(AccountantConformance):
     slow_checks = ALL_CHECKS - PLAIN - {"test_user_jit_equals_call", "test_grad_delta_wrt_sigma"}
 
 
-class TestCertifiedFastConformance(AccountantConformance):
-    """``certified`` on an 8x coarser lattice: the tolerances of ``TestCertifiedConformance``
-    (tests/test_certified.py), and every check that compiles a program of its own under -m slow (each a lattice
+class TestCertifiedFastConformance(test_certified.TestCertifiedConformance):
+    """``certified`` on an 8x coarser lattice: ``TestCertifiedConformance``'s tolerances and its monotonicity
+    regime (inherited), and every check that compiles a program of its own under -m slow (each a lattice
     FFT pipeline, 10-60 s cold on two cores)."""
 
     method = "certified-fast"
-    grad_rtol = 2e-3
-    jit_rtol = 1e-9
-    roundtrip_rtol = 1e-3
     slow_checks = ALL_CHECKS - PLAIN
-
-    # the regime where the bound is tight (see TestCertifiedConformance)
-    @given(
-        sigma=st.floats(0.6, 4.0),
-        q=st.floats(1e-2, 0.3),
-        steps=st.integers(50, 3000),
-        log10_delta=st.floats(-12, -3),
-    )
-    def test_monotone_in_sigma_q_and_steps(self, sigma, q, steps, log10_delta):
-        super().test_monotone_in_sigma_q_and_steps.hypothesis.inner_test(self, sigma, q, steps, log10_delta)
 
 
 _REAL_AXIS = "characteristic-real (a baseline) fails this check: "
@@ -127,7 +113,6 @@ class TestCharacteristicRealConformance(AccountantConformance):
 
 
 def test_every_registered_method_runs_the_suite():
-    import test_certified
     import test_characteristic
     import test_saddlepoint
 
