@@ -168,8 +168,9 @@ def test_calibrate_q_and_steps_human(capsys):
         ("calibrate --target-epsilon -1 --delta 1e-5 --q 0.01 --steps 10", "target_epsilon"),
         ("calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 10 --certify saddlepoint", "certify"),
         (
+            # (the cheap accountant: the message is the subject, not the method)
             "calibrate --target-epsilon 0.5 --delta 1e-5 --solve-for steps --sigma 0.3 --q 1 "
-            "--method saddlepoint-delta2 --certify saddlepoint-certified",
+            "--method rdp --certify rdp",
             "even one step exceeds the budget",
         ),
     ],

@@ -23,19 +23,23 @@ class TestSaddlepointConformance(AccountantConformance):
     # each compiles a new split-estimate program (80-130 s cold on 2 cores): run with -m slow.  The gradient
     # checks share two programs (d eps and d delta / d(sigma, q), see conformance.py) with the other modules'
     # gradient tests, the two vmap checks one: they stay in the default run, with the user's jit and validation
+    # (issue 42: d delta / d sigma, 119 CPU-s, and add_or_remove's second program, 64, too; d eps / d sigma stays)
     slow_checks = frozenset(
         {
             "test_jit_equals_eager",
             "test_traced_invalid_input_gives_nan",
             "test_heterogeneous_composition",
+            "test_grad_delta_wrt_sigma",
+            "test_add_or_remove_is_the_worse_direction",
         }
     )
 
 
 class TestSaddlepointCertifiedConformance(AccountantConformance):
     method = "saddlepoint-certified"
-    # its own compile of the jitted query (22 s on 2 cores): run with -m slow; test_user_jit_equals_call stays
-    slow_checks = frozenset({"test_jit_equals_eager"})
+    # its own compile of the jitted query (22 s on 2 cores): run with -m slow; test_user_jit_equals_call stays;
+    # add_or_remove compiles the add direction's program (45 CPU-s)
+    slow_checks = frozenset({"test_jit_equals_eager", "test_add_or_remove_is_the_worse_direction"})
 
 
 # -- closed-form Gaussian: the saddle point is exact there ---------------------------------

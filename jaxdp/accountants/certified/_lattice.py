@@ -201,10 +201,9 @@ def _grid(grid, comp):
 
     Compositions with a mixture of more than two components (group privacy) get ``MIXTURE_NUM_BINS``:
     their tilted laws are wide, and a window of ``NUM_BINS`` would set a lattice spacing above 1e-4.  The
-    choice is static, by shape: a two-point law padded with zero-weight components (``group_curve``'s row
-    ``g = 1``) takes the finer window, so its epsilon differs from the unpadded law's by the windows'
-    difference (9e-8 relative at N = 50000, B = 1, 1000 steps, delta 2.34e-12; ``"certified-fast"``'s
-    window is one for all, and pads exactly).
+    size is static, by shape; the spacing is not: a two-point law padded with zero-weight components
+    (``group_curve``'s row ``g = 1``) gets ``NUM_BINS``'s spacing on the wider window (``_build_window``), so
+    padding leaves its lattice, and its epsilon, as they were.
     """
     if grid is not None:
         return grid

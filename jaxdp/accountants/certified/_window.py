@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.accountants import _cgf
+from jaxdp.accountants.certified import _lattice
 from jaxdp.accountants.certified._constants import (
     _CHERNOFF_ABS,
     _CHERNOFF_STEPS,
@@ -25,7 +26,14 @@ from jaxdp.accountants.certified._constants import (
     WINDOW_SDS_ABOVE,
     WINDOW_SDS_BELOW,
 )
-from jaxdp.accountants.certified._lattice import _grid, _lattice_index, _loss_range, _mixture_of, _step_pmf
+from jaxdp.accountants.certified._lattice import (
+    _grid,
+    _lattice_index,
+    _loss_range,
+    _mixture_of,
+    _num_present,
+    _step_pmf,
+)
 from jaxdp.mechanisms import Composition, by_direction, log_ratio, scan_parts
 
 
@@ -82,7 +90,6 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
     for the lattice spacing and the composed offset, once for the per-step lattice laws and their spectra.
     """
     num_bins, lattice_size = _grid(grid, comp)
-    fft_rho = _fft_rho(num_bins)
     t = jax.lax.stop_gradient(t)
     z = jax.lax.stop_gradient(_tail_z(comp, log_delta_est))
     _, k1, k2 = jax.lax.stop_gradient(_cgf.k012(comp, direction, t))
@@ -97,85 +104,109 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
     # the fine lattice covers the tilted law (see _fine_top); above it, up to the range of z, cells
     # may be COARSE_FACTOR wide
     def geometry(acc, m, n):
-        offset, support, spacing = acc
+        offset, support, spacing, present = acc
         lo, hi = range_of(m)
         top = jnp.minimum(jax.lax.stop_gradient(_fine_top(*_mixture_of(m), direction, t, n_total)), hi)
         spacing = jnp.maximum(spacing, jnp.maximum((hi - lo) / reach, (top - lo) / (lattice_size - 1)))
-        return offset + n * lo, support + n * (hi - lo), spacing  # loss of composed index 0, composed range
+        present = jnp.maximum(present, _num_present(_mixture_of(m)[0]))
+        # loss of composed index 0, composed range, spacing floor, most components of positive weight
+        return offset + n * lo, support + n * (hi - lo), spacing, present
 
     zero = jnp.zeros((), jnp.float64)
-    offset, support, min_spacing = scan_parts(comp, geometry, (zero, zero, zero))
+    offset, support, min_spacing, present = scan_parts(comp, geometry, (zero, zero, zero, zero))
+    # The window's size is static, by shape (_grid).  A wide window (mixtures of more than two components)
+    # also carries the narrow one, used when at most two components have positive weight: a two-point law
+    # padded with zero weights (group_curve's g = 1) then gets exactly the unpadded law's window.
+    sizes = (num_bins,)
+    narrow = None
+    if grid is None and num_bins == _lattice.MIXTURE_NUM_BINS and _lattice.NUM_BINS < num_bins:
+        sizes = (num_bins, _lattice.NUM_BINS)
+        narrow = present <= 2
+    divisions = num_bins if narrow is None else jnp.where(narrow, float(sizes[1]), float(num_bins))
     # the window spans WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE tilted deviations, never more than the support
-    spacing = jnp.maximum(jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / num_bins, min_spacing)
+    spacing = jnp.maximum(jnp.minimum((WINDOW_SDS_BELOW + WINDOW_SDS_ABOVE) * sd, support) / divisions, min_spacing)
     spacing = jnp.maximum(spacing, 1e-300)
-    width = num_bins * spacing
+    width = divisions * spacing
     start = jnp.clip(k1 - WINDOW_SDS_BELOW * sd, offset, jnp.maximum(offset + support - width, offset))
     j0 = jnp.floor((start - offset) / spacing)
     ell_start = offset + j0 * spacing
-    ell_end = ell_start + num_bins * spacing
 
     s_grid = jnp.concatenate([t + _CHERNOFF_STEPS / sd, _CHERNOFF_ABS])  # any s >= 0 gives a valid bound
-    # entries summed into one window point: the folds of the fine part, plus the coarse points
-    fold = (lattice_size // num_bins if lattice_size >= num_bins else 1) + -(-reach // num_bins)
-    coarse_at = np.mod(_lattice_index(lattice_size, coarse_size)[lattice_size:], num_bins).astype(np.int64)
+    lattice_index = _lattice_index(lattice_size, coarse_size)
+    # per window size: entries summed into one window point (the folds of the fine part, plus the coarse
+    # points) and where the coarse points land
+    folds = [(lattice_size // n if lattice_size >= n else 1) + -(-reach // n) for n in sizes]
+    coarse_ats = [np.mod(lattice_index[lattice_size:], n).astype(np.int64) for n in sizes]
 
     def step(acc, mech, n):
-        log_spec, log_scale, log_inf, rel, fft_terms, sum_bound, log_chernoff, pow_terms = acc
+        log_scale, log_inf, log_chernoff, spectra = acc
         lo, hi = range_of(mech)
         pmf = _step_pmf(mech, direction, lo, spacing, lattice_size, coarse_size, hi + spacing)
         kd = pmf.index * spacing
         tilted = pmf.log_pmf + t * kd
         log_z = jax.nn.logsumexp(tilted)
         v_all = jnp.exp(tilted - log_z)
-        v = v_all[:lattice_size]
-        if lattice_size >= num_bins:
-            v = v.reshape(lattice_size // num_bins, num_bins).sum(axis=0)
-        else:
-            v = jnp.zeros(num_bins).at[:lattice_size].set(v)
-        v = v.at[coarse_at].add(v_all[lattice_size:])
-        rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
-        total = jnp.sum(v)
-        norm2 = jnp.sqrt(jnp.sum(v * v))
-        spec = jnp.fft.rfft(v)
-        log_abs = jnp.log(jnp.abs(spec))
-        log_spec = log_spec + n * jnp.log(spec.astype(jnp.complex128))
-        fft_terms = fft_terms + n * fft_rho * norm2
-        sum_bound = sum_bound + n * jnp.log(total + fft_rho * math.sqrt(num_bins) * norm2)
         log_scale = log_scale + n * (log_z + t * lo)
         log_inf = jnp.logaddexp(log_inf, jnp.log(n) + pmf.log_p_inf)
         # Chernoff on the (untilted, inflated) lattice measure: sum_i n_i K_i(s)
         k_s = jax.nn.logsumexp(pmf.log_pmf[None, :] + s_grid[:, None] * (lo + kd)[None, :], axis=1)
         log_chernoff = log_chernoff + n * k_s
-        pow_terms = pow_terms + n * (jnp.abs(jnp.where(jnp.isfinite(log_abs), log_abs, 0.0)) + math.pi + 1.0)
-        return log_spec, log_scale, log_inf, rel, fft_terms, sum_bound, log_chernoff, pow_terms
+        new_spectra = []
+        for size, fold, coarse_at, (log_spec, rel, fft_terms, sum_bound, pow_terms) in zip(
+            sizes, folds, coarse_ats, spectra
+        ):
+            v = v_all[:lattice_size]
+            if lattice_size >= size:
+                v = v.reshape(lattice_size // size, size).sum(axis=0)
+            else:
+                v = jnp.zeros(size).at[:lattice_size].set(v)
+            v = v.at[coarse_at].add(v_all[lattice_size:])
+            rel = rel + n * 8 * _U * (jnp.max(jnp.abs(t * kd)) + jnp.abs(log_z) + 4.0 + fold)
+            total = jnp.sum(v)
+            norm2 = jnp.sqrt(jnp.sum(v * v))
+            spec = jnp.fft.rfft(v)
+            log_abs = jnp.log(jnp.abs(spec))
+            log_spec = log_spec + n * jnp.log(spec.astype(jnp.complex128))
+            fft_rho = _fft_rho(size)
+            fft_terms = fft_terms + n * fft_rho * norm2
+            sum_bound = sum_bound + n * jnp.log(total + fft_rho * math.sqrt(size) * norm2)
+            pow_terms = pow_terms + n * (jnp.abs(jnp.where(jnp.isfinite(log_abs), log_abs, 0.0)) + math.pi + 1.0)
+            new_spectra.append((log_spec, rel, fft_terms, sum_bound, pow_terms))
+        return log_scale, log_inf, log_chernoff, tuple(new_spectra)
 
     init = (
-        jnp.zeros(num_bins // 2 + 1, jnp.complex128),
         zero,
         jnp.asarray(_NEG, jnp.float64),
-        zero,
-        zero,
-        zero,
         jnp.zeros(s_grid.shape, jnp.float64),
-        jnp.zeros(num_bins // 2 + 1, jnp.float64),
+        tuple(
+            (jnp.zeros(n // 2 + 1, jnp.complex128), zero, zero, zero, jnp.zeros(n // 2 + 1, jnp.float64))
+            for n in sizes
+        ),
     )
-    log_spec, log_scale, log_inf, rel, fft_terms, sum_bound, log_chernoff, pow_terms = scan_parts(comp, step, init)
-    z = jnp.exp(log_spec)
-    y = jnp.fft.irfft(z, n=num_bins)
-    growth = jnp.maximum(1.0, jnp.exp(sum_bound))
-    pow_abs = 8 * _U * (pow_terms + 2.0) * jnp.abs(z)
-    bound = (
-        growth * fft_terms
-        + math.sqrt(2.0) * jnp.sqrt(jnp.sum(pow_abs * pow_abs)) / math.sqrt(num_bins)
-        + 1.01 * fft_rho * jnp.sqrt(jnp.sum(y * y))
-    )
-    bound = 1.01 * bound + _TINY
-    shift = jnp.mod(j0, num_bins).astype(jnp.int64)
-    y = jnp.roll(y, -shift)
-    log_y = jnp.log(jnp.maximum(y, _TINY))
-    log_tail = jnp.min(log_chernoff - s_grid * ell_end)
-    log_rest = jnp.logaddexp(log_inf, log_tail)
-    return _Window(log_y, ell_start, spacing, t, log_scale, log_rest, jnp.log1p(rel), jnp.log(bound))
+    log_scale, log_inf, log_chernoff, spectra = scan_parts(comp, step, init)
+
+    def window(size, log_spec, rel, fft_terms, sum_bound, pow_terms):
+        z = jnp.exp(log_spec)
+        y = jnp.fft.irfft(z, n=size)
+        growth = jnp.maximum(1.0, jnp.exp(sum_bound))
+        pow_abs = 8 * _U * (pow_terms + 2.0) * jnp.abs(z)
+        bound = (
+            growth * fft_terms
+            + math.sqrt(2.0) * jnp.sqrt(jnp.sum(pow_abs * pow_abs)) / math.sqrt(size)
+            + 1.01 * _fft_rho(size) * jnp.sqrt(jnp.sum(y * y))
+        )
+        bound = 1.01 * bound + _TINY
+        y = jnp.roll(y, -jnp.mod(j0, size).astype(jnp.int64))
+        # (a narrow window padded to the static size: points above it hold nothing, their mass is in log_rest)
+        log_y = jnp.log(jnp.maximum(jnp.concatenate([y, jnp.zeros(num_bins - size)]), _TINY))
+        log_tail = jnp.min(log_chernoff - s_grid * (ell_start + size * spacing))
+        log_rest = jnp.logaddexp(log_inf, log_tail)
+        return _Window(log_y, ell_start, spacing, t, log_scale, log_rest, jnp.log1p(rel), jnp.log(bound))
+
+    wins = [window(size, *acc) for size, acc in zip(sizes, spectra)]
+    if narrow is None:
+        return wins[0]
+    return jax.tree.map(lambda w, n: jnp.where(narrow, n, w), wins[0], wins[1])
 
 
 def _log_weights(win: _Window, eps):
