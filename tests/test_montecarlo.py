@@ -2,7 +2,11 @@
 each other, determinism, chunking and device sharding, x64 off inside a user's jit, and input checks.
 
 Tolerances come from the estimates' own standard errors (``Z_TOL`` of them, plus the reference's
-error); the seeds are fixed, so the tests are deterministic.
+error), and each standard error is itself bounded (``MAX_REL_SE``), so an estimator cannot pass by reporting a
+large one; the seeds are fixed, so the tests are deterministic.  References: closed forms (scipy), the shared
+reference table and dp_accounting's PLD (values copied below with their provenance).  One check,
+``test_heterogeneous_composition_and_mixture_against_certified`` (-m slow), is a self-consistency check against
+jaxdp's own certified accountant: no peer takes its mixture.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import math
 import os
 import subprocess
 import sys
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,10 +47,44 @@ def _ref(case, epsilon):
     return row["delta"]
 
 
-def _close(est, truth, rel_ref=1e-4):
+#: the largest standard error (relative to the truth) a check accepts: a tolerance of Z_TOL standard errors is
+#: then at most 9 % of the truth, so an estimator 10 % off fails whatever standard error it reports for itself
+MAX_REL_SE = 0.02
+
+# References from dp_accounting 0.6.0's PLD (connect-the-dots, pessimistic, value_discretization_interval 1e-4),
+# computed 2026-11-27; their discretization error is ~1e-4 relative (tests/reference_values.py's dp_accounting_pld
+# column against the oracle).  Gradients: central differences of that PLD (h = 0.01 in sigma, 5e-4 in q).
+#: Laplace(b = 2), three steps, delta(eps = 1) (optimistic PLD: 0.0690856)
+LAPLACE_B2_3_DELTA = 0.06908968901793802
+#: PoissonSubsampledGaussian(0.8, 0.05), 50 steps, delta(eps = 1.5), each direction alone (dp_accounting's
+#: GaussianPrivacyLoss(adjacency_type=REMOVE / ADD) through _create_pld_pmf_from_monotone_privacy_loss)
+PSG_08_005_50_DELTA = {"remove": 0.013163261220826698, "add": 3.6817896250605607e-06}
+#: PoissonSubsampledGaussian(0.8, 0.05), 200 steps, add-or-remove: d delta(eps = 2) / d(sigma, q), and
+#: d eps(delta = 1e-4) / d sigma (the optimistic PLD: -0.62933, 5.5228 and -18.65835)
+PSG_08_005_200_DDELTA = (-0.632810100715235, 5.556595990541063)
+PSG_08_005_200_DEPS_DSIGMA = -18.65834920301488
+#: PoissonSubsampledGaussian(1.0, 0.05), eps(delta = 1e-4) after 50 and 200 steps
+PSG_1_005_EPS = {50: 2.1252020107680205, 200: 3.9993090592521328}
+
+
+class _Pooled(NamedTuple):
+    value: float
+    stderr: float
+
+
+def _pooled(run, repeats):
+    """Mean and standard error of ``repeats`` independent estimates (keys ``fold_in(KEY, i)``): the same program
+    run again, where a larger (static) sample count would be a new one."""
+    ests = [run(k) for k in _keys(repeats)]
+    value = sum(float(e.value) for e in ests) / repeats
+    return _Pooled(value, math.sqrt(sum(float(e.stderr) ** 2 for e in ests)) / repeats)
+
+
+def _close(est, truth, rel_ref=1e-4, max_rel_se=MAX_REL_SE):
     value, se = float(est.value), float(est.stderr)
     assert math.isfinite(value) and se > 0
-    assert abs(value - truth) <= Z_TOL * se + rel_ref * truth, (value, se, truth)
+    assert se <= max_rel_se * abs(truth), ("stderr too large to test anything", se / abs(truth))
+    assert abs(value - truth) <= Z_TOL * se + rel_ref * abs(truth), (value, se, truth)
 
 
 @pytest.mark.parametrize("estimator", ["simple", "tilted", "tilted-one"])
@@ -62,40 +101,47 @@ def test_gaussian_composition_matches_closed_form(estimator):
 def test_subsampled_gaussian_matches_reference_table(estimator):
     # psg_0.5_1e-3_1000 at eps = 2: delta 1.51e-4 (the shared reference table, add-or-remove)
     m = jaxdp.PoissonSubsampledGaussian(0.5, 1e-3)
-    est = jaxdp.montecarlo_delta(m, epsilon=2.0, num_steps=1000, key=KEY, num_samples=N, estimator=estimator)
+    est = _pooled(
+        lambda k: jaxdp.montecarlo_delta(m, epsilon=2.0, num_steps=1000, key=k, num_samples=N, estimator=estimator),
+        4,
+    )
     _close(est, _ref("psg_0.5_1e-3_1000", 2.0))
-    assert float(est.stderr) < 0.05 * float(est.value)
 
 
 def test_tilted_sees_delta_1e10_where_simple_sees_nothing():
     # psg_1.0_0.01_2000 at eps = 4: delta 7.33e-10 (reference table); simple MC with 4096 samples sees no event
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
     truth = _ref("psg_1.0_0.01_2000", 4.0)
-    est = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=N)
+    est = _pooled(lambda k: jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=k, num_samples=N), 4)
     _close(est, truth)
-    assert float(est.stderr) < 0.1 * truth
     simple = jaxdp.montecarlo_delta(m, epsilon=4.0, num_steps=2000, key=KEY, num_samples=N, estimator="simple")
     assert float(simple.value) == 0.0
 
 
 @pytest.mark.parametrize("adjacency", ["remove", "add"])
-def test_each_direction_against_certified(adjacency):
+def test_each_direction_against_dp_accounting(adjacency):
     m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05, adjacency=adjacency)
-    truth = float(jaxdp.delta_for_epsilon(m, epsilon=1.5, num_steps=50, method="certified"))
-    est = jaxdp.montecarlo_delta(m, epsilon=1.5, num_steps=50, key=KEY, num_samples=16384)
-    _close(est, truth, rel_ref=1e-3)
+    est = jaxdp.montecarlo_delta(m, epsilon=1.5, num_steps=50, key=KEY, num_samples=N)
+    _close(est, PSG_08_005_50_DELTA[adjacency], rel_ref=1e-3)
 
 
 def test_heterogeneous_composition_and_mixture_against_certified():
+    """A self-consistency check (jaxdp's certified accountant as the reference; no peer takes this mixture).
+
+    The default ``"tilted"`` estimator, pooled over 20 keys (bounded standard error).  ``"tilted-one"`` (one step
+    tilted) has heavy-tailed weights on this composition: one key of 20 gave 16.7 times the truth with a standard
+    error equal to the value, so no bounded-stderr check holds for it here; its single-key estimate must still
+    cover the truth within its own (honestly large) interval."""
     comp = jaxdp.Composition.of(
         (jaxdp.PoissonSubsampledGaussian(1.0, 0.02), 100),
         (jaxdp.MixtureOfGaussians(2.0, sensitivities=[0.0, 1.0, 2.0], probs=[0.9, 0.08, 0.02]), 20),
         (jaxdp.Gaussian(8.0), 5),
     )
     truth = float(jaxdp.delta_for_epsilon(comp, epsilon=1.0, method="certified"))
-    for estimator in ("tilted", "tilted-one"):
-        est = jaxdp.montecarlo_delta(comp, epsilon=1.0, key=KEY, num_samples=16384, estimator=estimator)
-        _close(est, truth, rel_ref=1e-3)
+    est = _pooled(lambda k: jaxdp.montecarlo_delta(comp, epsilon=1.0, key=k, num_samples=N), 20)
+    _close(est, truth, rel_ref=1e-3)
+    one = jaxdp.montecarlo_delta(comp, epsilon=1.0, key=KEY, num_samples=N, estimator="tilted-one")
+    _close(one, truth, rel_ref=1e-3, max_rel_se=0.15)
 
 
 @pytest.mark.parametrize("estimator", ["simple", "tilted", "tilted-one"])
@@ -103,12 +149,14 @@ def test_laplace_matches_closed_form(estimator):
     # one Laplace step (sensitivity 1, scale b): delta(eps) = 1 - exp((eps - 1/b) / 2) for eps < 1/b
     est = jaxdp.montecarlo_delta(jaxdp.Laplace(1.0), epsilon=0.5, key=KEY, num_samples=40_000, estimator=estimator)
     _close(est, 1.0 - math.exp((0.5 - 1.0) / 2), rel_ref=0.0)
-    # three steps against the certified saddle-point bound's estimate companion (tolerance from the stderr)
-    three = jaxdp.montecarlo_delta(
-        jaxdp.Laplace(2.0), epsilon=1.0, num_steps=3, key=KEY, num_samples=40_000, estimator=estimator
+    # three steps against dp_accounting's PLD
+    three = _pooled(
+        lambda k: jaxdp.montecarlo_delta(
+            jaxdp.Laplace(2.0), epsilon=1.0, num_steps=3, key=k, num_samples=40_000, estimator=estimator
+        ),
+        2,
     )
-    truth = float(jaxdp.delta_for_epsilon(jaxdp.Laplace(2.0), epsilon=1.0, num_steps=3, method="characteristic"))
-    _close(three, truth, rel_ref=1e-4)
+    _close(three, LAPLACE_B2_3_DELTA, rel_ref=2e-4)
 
 
 def test_estimators_agree_with_each_other():
@@ -289,29 +337,35 @@ def test_delta_gradient_matches_closed_form_derivative(estimator):
     _close(r.estimate, _gaussian_delta(2.0, 10, 1.0), rel_ref=0.0)
 
 
-def _fd(fn, x, h):
-    with jax.enable_x64(True):
-        return (float(fn(x + h)) - float(fn(x - h))) / (2 * h)
+def _keys(repeats):
+    return [jax.random.fold_in(KEY, i) for i in range(repeats)]
+
+
+def _pooled_grad(runs, name):
+    """Mean and standard error of one partial derivative over independent ``montecarlo_grad`` runs."""
+    g = sum(float(getattr(r.grad, name)) for r in runs) / len(runs)
+    return g, math.sqrt(sum(float(getattr(r.stderr, name)) ** 2 for r in runs)) / len(runs)
+
+
+def _close_grad(g, se, truth, rel_ref=5e-3):
+    """An estimated derivative within Z_TOL standard errors (bounded, as in _close) of a peer's difference quotient."""
+    assert 0 < se <= MAX_REL_SE * abs(truth), ("stderr too large to test anything", se / abs(truth))
+    assert abs(g - truth) <= Z_TOL * se + rel_ref * abs(truth), (g, se, truth)
 
 
 def test_subsampled_gradients_match_finite_differences_of_an_independent_accountant():
-    def ref_delta(s, q):
-        return jaxdp.delta_for_epsilon(
-            jaxdp.PoissonSubsampledGaussian(s, q), epsilon=2.0, num_steps=200, method="characteristic"
-        )
-
     m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05)
-    r = jaxdp.montecarlo_grad(m, epsilon=2.0, num_steps=200, key=KEY, num_samples=16384)
-    d_sigma = _fd(lambda s: ref_delta(s, 0.05), 0.8, 1e-5)
-    d_q = _fd(lambda q: ref_delta(0.8, q), 0.05, 1e-6)
-    assert abs(float(r.grad.noise_multiplier) - d_sigma) <= Z_TOL * float(r.stderr.noise_multiplier)
-    assert abs(float(r.grad.sampling_prob) - d_q) <= Z_TOL * float(r.stderr.sampling_prob)
+    runs = [jaxdp.montecarlo_grad(m, epsilon=2.0, num_steps=200, key=k, num_samples=N) for k in _keys(12)]
+    r = runs[0]
+    d_sigma, d_q = PSG_08_005_200_DDELTA
+    _close_grad(*_pooled_grad(runs, "noise_multiplier"), d_sigma)
+    _close_grad(*_pooled_grad(runs, "sampling_prob"), d_q)
     # jax.grad of the estimate is the same estimator (same samples, same key)
     with jax.enable_x64(True):
         g = jax.grad(
             lambda s, q: (
                 jaxdp.montecarlo_delta(
-                    jaxdp.PoissonSubsampledGaussian(s, q), epsilon=2.0, num_steps=200, key=KEY, num_samples=16384
+                    jaxdp.PoissonSubsampledGaussian(s, q), epsilon=2.0, num_steps=200, key=_keys(1)[0], num_samples=N
                 ).value
             ),
             argnums=(0, 1),
@@ -322,20 +376,16 @@ def test_subsampled_gradients_match_finite_differences_of_an_independent_account
 
 
 def test_epsilon_gradient_by_the_implicit_function_matches_finite_differences():
-    def ref_eps(s):
-        return jaxdp.epsilon_for_delta(
-            jaxdp.PoissonSubsampledGaussian(s, 0.05), delta=1e-4, num_steps=200, method="characteristic"
-        )
-
     m = jaxdp.PoissonSubsampledGaussian(0.8, 0.05)
-    r = jaxdp.montecarlo_grad(m, delta=1e-4, num_steps=200, key=KEY, num_samples=16384)
-    d_sigma = _fd(ref_eps, 0.8, 1e-5)
-    assert abs(float(r.grad.noise_multiplier) - d_sigma) <= Z_TOL * float(r.stderr.noise_multiplier)
+    runs = [jaxdp.montecarlo_grad(m, delta=1e-4, num_steps=200, key=k, num_samples=N) for k in _keys(12)]
+    r = runs[0]
+    d_sigma = PSG_08_005_200_DEPS_DSIGMA
+    _close_grad(*_pooled_grad(runs, "noise_multiplier"), d_sigma, rel_ref=2e-3)
     with jax.enable_x64(True):
         g = jax.grad(
             lambda s: (
                 jaxdp.montecarlo_epsilon(
-                    jaxdp.PoissonSubsampledGaussian(s, 0.05), delta=1e-4, num_steps=200, key=KEY, num_samples=16384
+                    jaxdp.PoissonSubsampledGaussian(s, 0.05), delta=1e-4, num_steps=200, key=_keys(1)[0], num_samples=N
                 ).value
             )
         )(0.8)
@@ -363,8 +413,9 @@ def test_online_curve_of_a_subsampled_gaussian_against_an_independent_accountant
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.05)
     c = jaxdp.online_epsilon(m, delta=1e-4, max_steps=200, key=KEY, num_samples=20_000)
     for k in (50, 200):
-        truth = float(jaxdp.epsilon_for_delta(m, delta=1e-4, num_steps=k, method="characteristic"))
-        assert abs(float(c.epsilon[k - 1]) - truth) <= Z_TOL * float(c.stderr[k - 1]) + 1e-4, k
+        truth, se = PSG_1_005_EPS[k], float(c.stderr[k - 1])
+        assert 0 < se <= 0.01 * truth, (k, se)  # (an epsilon's error is ~ its delta's / (eps d log delta / d eps))
+        assert abs(float(c.epsilon[k - 1]) - truth) <= Z_TOL * se + 1e-4 * truth, k
 
 
 # -- verifier and estimate-verify-release ----------------------------------------------------------
