@@ -70,7 +70,8 @@ def table(path):
         if not rs:
             continue
         n = sorted({r["samples"] for r in rs})
-        secs = np.median([r["seconds"] for r in rs])
+        timed = [r["seconds"] for r in rs if r.get("seconds") is not None]  # (untimed: an interrupted first run)
+        secs = np.median(timed) if timed else float("nan")
         refused = sum(r["refused"] for r in rs)
         sigma, q, delta = setting
         print(
