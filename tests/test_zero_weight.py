@@ -111,8 +111,8 @@ def test_padding_with_zero_weights_changes_no_value(method, adjacency, case):
 def test_issue_case_certified_is_the_prv_value_with_41_components():
     """The issue's case: certified was 5.18551 (the Rényi-DP value) with the law padded to 41 components.
     The default ``"certified"`` window's size is a static choice by shape (``MIXTURE_NUM_BINS`` for more than
-    two components), but its spacing follows the components of positive weight: the padded law is computed
-    on the unpadded lattice (it was 8.9e-8 apart when the spacing followed the shape)."""
+    two components), but a wide window carries the narrow one and uses it when at most two components have
+    positive weight: the padded law is computed on the unpadded law's window."""
     base = _fixed_batch("add_or_remove")
     c = 2.0 * np.arange(41)
     padded = _padded(base, (c, [0, 1]))
