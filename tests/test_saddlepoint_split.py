@@ -267,6 +267,32 @@ def test_three_steps_delta_and_terms():
     assert float(terms.log_delta) == pytest.approx(math.log(1e-6), abs=1e-4)
 
 
+def test_a_program_holds_the_few_step_sums_only_where_its_step_counts_need_them():
+    """Concrete step counts decide which branches a program holds (jaxdp/accountants/_staging.py): a query of
+    1,000 steps leaves out the exact few-step sums.  A later three-step query of the same structure must still
+    get them (the facts are part of the program's key), in the library's jit and in a user's; the program
+    without them is 2 % off here."""
+    from jaxdp.accountants import _api
+    from jaxdp.accountants._staging import NOTHING, Facts, of_concrete
+    from jaxdp.mechanisms import as_composition
+    from jaxdp.numerics import to_f64
+
+    mech, eps = jaxdp.PoissonSubsampledGaussian(2.0, 0.01), 0.0580459  # three steps: delta 1e-6 (test above)
+    assert of_concrete(mech, 1000) == Facts(no_few_steps=True)
+    assert of_concrete(mech, 3) == of_concrete(jaxdp.Composition.of((mech, 500), (mech, 2))) == NOTHING
+    assert jax.jit(lambda n: of_concrete(mech, n) == NOTHING)(1000)  # a traced count: no facts
+    jaxdp.delta_for_epsilon(mech, epsilon=eps, num_steps=1000, method="saddlepoint")
+    three = float(jaxdp.delta_for_epsilon(mech, epsilon=eps, num_steps=3, method="saddlepoint"))
+    user = jax.jit(lambda s: jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(s, 0.01), epsilon=eps,
+                                                     num_steps=3, method="saddlepoint"))(2.0)
+    assert three == pytest.approx(1e-6, rel=1e-4)
+    assert float(user) == pytest.approx(1e-6, rel=1e-4)
+    with x64():  # what a program built on the wrong facts would answer
+        comp = to_f64(as_composition(mech, 3))
+        log_wrong = _api._log_delta_jit(comp, jnp.float64(eps), method="saddlepoint", facts=Facts(no_few_steps=True))
+    assert abs(math.exp(float(log_wrong)) / 1e-6 - 1.0) > 0.01
+
+
 def test_three_steps_where_characteristic_is_one_percent_high():
     """sigma 5, q 1e-4, three steps, delta 1e-10: characteristic returns 1.949e-4, 1.1 % above the truth; the
     independent tilted FFT (fine cells, tests/_fft_reference.py) brackets the estimate within 0.1 %."""

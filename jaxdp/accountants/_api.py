@@ -28,6 +28,7 @@ from jaxdp.accountants._registry import (
     register_methods,
 )
 from jaxdp.accountants._split_saddle import SplitTerms
+from jaxdp.accountants._staging import Facts, assume, of_concrete
 from jaxdp.mechanisms import Composition, as_composition
 from jaxdp.numerics import NEAREST, float64_entry, float64_scope, nan_to, program_cache, to_f64
 from jaxdp.numerics import validate as _validate
@@ -86,7 +87,7 @@ def _prepare(mechanism, num_steps, method):
     info = method_info(method)
     comp = as_composition(mechanism, num_steps)
     check_supported(info, comp)
-    return info, to_f64(comp)
+    return info, to_f64(comp), of_concrete(mechanism, num_steps)
 
 
 def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen=None):
@@ -134,9 +135,15 @@ def _larger(a, b):
     return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, jnp.where(b > a, b, a))
 
 
-def log_delta_of_composition(comp: Composition, epsilon, method: str, or_nan: bool = False):
+def log_delta_of_composition(comp: Composition, epsilon, method: str, or_nan: bool = False, facts: Facts | None = None):
     """``log delta(eps)`` of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with
-    the method's ``log_delta_or_nan`` (NaN where it cannot vouch for its value)."""
+    the method's ``log_delta_or_nan`` (NaN where it cannot vouch for its value).  ``facts``: what holds for
+    every ``comp`` it is called with (see ``_staging``; static)."""
+    with assume(facts):
+        return _log_delta_of_composition(comp, epsilon, method, or_nan)
+
+
+def _log_delta_of_composition(comp, epsilon, method, or_nan):
     info = method_info(method)
     get = (lambda i: i.log_delta_or_nan) if or_nan else (lambda i: i.log_delta)
     log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, get), 0.0)
@@ -145,9 +152,14 @@ def log_delta_of_composition(comp: Composition, epsilon, method: str, or_nan: bo
     return jnp.where(_valid_query(comp, epsilon, "epsilon"), log_delta, jnp.nan)
 
 
-def epsilon_of_composition(comp: Composition, delta, method: str, or_nan: bool = False):
+def epsilon_of_composition(comp: Composition, delta, method: str, or_nan: bool = False, facts: Facts | None = None):
     """epsilon of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with the method's
-    ``epsilon_or_nan``."""
+    ``epsilon_or_nan``.  ``facts``: as for :func:`log_delta_of_composition`."""
+    with assume(facts):
+        return _epsilon_of_composition(comp, delta, method, or_nan)
+
+
+def _epsilon_of_composition(comp, delta, method, or_nan):
     info = method_info(method)
     ok = _valid_query(comp, delta, "delta")
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
@@ -169,14 +181,14 @@ def _with_fallback(of_composition, name):
     """The public entry points' program: the method where it vouches for its value, its
     ``MethodInfo.fallback`` elsewhere (one ``lax.cond``; under ``vmap`` both run)."""
 
-    def program(comp, arg, method):
+    def program(comp, arg, method, facts: Facts | None = None):
         info = method_info(method)
-        value = of_composition(comp, arg, method, or_nan=True)
+        value = of_composition(comp, arg, method, or_nan=True, facts=facts)
         reliable = ~jnp.isnan(value) | ~_valid_query(comp, arg, name)
         return jax.lax.cond(
             jnp.all(reliable),
             lambda c, a: value,
-            lambda c, a: jnp.where(reliable, value, of_composition(c, a, info.fallback)),
+            lambda c, a: jnp.where(reliable, value, of_composition(c, a, info.fallback, facts=facts)),
             comp,
             arg,
         )
@@ -188,24 +200,27 @@ log_delta_with_fallback = _with_fallback(log_delta_of_composition, "epsilon")
 epsilon_with_fallback = _with_fallback(epsilon_of_composition, "delta")
 
 
-def _run(info, args, plain_jit, plain, with_fallback_jit, with_fallback):
+def _run(info, facts, args, plain_jit, plain, with_fallback_jit, with_fallback):
     """Runs an entry point's program.  With a fallback: traced inputs get one program (the cond); concrete
-    ones first the method alone, and the fallback's program only where needed (compiled only then)."""
+    ones first the method alone, and the fallback's program only where needed (compiled only then).  Where
+    the step counts are concrete (also inside a user's trace, where they are constants of it), the program
+    leaves out the branches they never take (see ``_staging``)."""
+    static = {"method": info.name, "facts": facts}
     if info.fallback is None:
-        return program_cache.call(plain_jit, plain, args, {"method": info.name})
+        return program_cache.call(plain_jit, plain, args, static)
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
-        return program_cache.call(with_fallback_jit, with_fallback, args, {"method": info.name})
-    value = program_cache.call(plain_jit, plain, args, {"method": info.name, "or_nan": True})
+        return program_cache.call(with_fallback_jit, with_fallback, args, static)
+    value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True})
     if not bool(jnp.any(jnp.isnan(value))):
         return value
-    backup = program_cache.call(plain_jit, plain, args, {"method": info.fallback})
+    backup = program_cache.call(plain_jit, plain, args, {**static, "method": info.fallback})
     return jnp.where(jnp.isnan(value), backup, value)
 
 
-_log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method", "or_nan"))
-_epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method", "or_nan"))
-_log_delta_fallback_jit = jax.jit(log_delta_with_fallback, static_argnames=("method",))
-_epsilon_fallback_jit = jax.jit(epsilon_with_fallback, static_argnames=("method",))
+_log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method", "or_nan", "facts"))
+_epsilon_jit = jax.jit(epsilon_of_composition, static_argnames=("method", "or_nan", "facts"))
+_log_delta_fallback_jit = jax.jit(log_delta_with_fallback, static_argnames=("method", "facts"))
+_epsilon_fallback_jit = jax.jit(epsilon_with_fallback, static_argnames=("method", "facts"))
 
 
 MONTECARLO = "montecarlo"
@@ -242,10 +257,11 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None
 @float64_entry
 def _log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
     _validate.nonnegative("epsilon", epsilon)
-    info, comp = _prepare(mechanism, num_steps, method)
+    info, comp, facts = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(epsilon, jnp.float64))
     return _run(
         info,
+        facts,
         args,
         _log_delta_jit,
         log_delta_of_composition,
@@ -350,9 +366,9 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
 @float64_entry
 def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
     _validate.open_unit("delta", delta)
-    info, comp = _prepare(mechanism, num_steps, method)
+    info, comp, facts = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(delta, jnp.float64))
-    return _run(info, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit, epsilon_with_fallback)
+    return _run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit, epsilon_with_fallback)
 
 
 def _renyi_impl(comp: Composition, orders):
@@ -387,7 +403,12 @@ def renyi_dp(mechanism, *, orders, num_steps=1):
     return out if np.ndim(orders) else out[0]
 
 
-def _terms_impl(comp: Composition, epsilon):
+def _terms_impl(comp: Composition, epsilon, facts: Facts | None = None):
+    with assume(facts):
+        return _terms_body(comp, epsilon)
+
+
+def _terms_body(comp, epsilon):
     rows = [_split_saddle.split_terms(comp, d, epsilon, _saddlepoint.log_delta_saddlepoint) for d in comp.directions]
     best = rows[0]
     for r in rows[1:]:  # the direction with the larger estimated delta (add_or_remove)
@@ -396,7 +417,7 @@ def _terms_impl(comp: Composition, epsilon):
     return jax.tree.map(lambda x: jnp.where(ok, x, jnp.nan), best)
 
 
-_terms_jit = jax.jit(_terms_impl)
+_terms_jit = jax.jit(_terms_impl, static_argnames=("facts",))
 
 
 @float64_entry(rounding=NEAREST)
@@ -430,4 +451,4 @@ def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     _validate.nonnegative("epsilon", epsilon)
     _validate.num_steps("num_steps", num_steps)
     comp = to_f64(as_composition(mechanism, num_steps))
-    return _terms_jit(comp, jnp.asarray(epsilon, jnp.float64))
+    return _terms_jit(comp, jnp.asarray(epsilon, jnp.float64), facts=of_concrete(mechanism, num_steps))

@@ -49,6 +49,7 @@ from jaxdp.accountants._cgf import (
     log_t_bracket,
     saddle_point,
 )
+from jaxdp.accountants._staging import FEW_STEPS, assumed
 from jaxdp.mechanisms import (
     MixtureMechanism,
     by_direction,
@@ -460,8 +461,6 @@ def _many_jump_part(step_nodes, shape, ts, es):
     return tuple(out)
 
 
-#: up to this many steps of one two-point mixture the estimate is exact, not the split's (:func:`_few_log_delta`)
-FEW_STEPS = 3
 #: the step counts :func:`_few_log_delta` takes, with its ``three`` flag: one or two steps, three
 _FEW_CASES = (((1, 2), False), ((3, FEW_STEPS), True))
 #: a sum over the nodes runs over ``FEW_BLOCKS`` blocks of ``FEW_BLOCK`` consecutive nodes: those whose
@@ -586,7 +585,7 @@ def _with_few_steps_epsilon(comp, log_delta, eps, u):
     single two-point mixture: :func:`~jaxdp.numerics.sparse_cond`, so that under ``vmap`` only the
     configurations with that few steps pay for it."""
     single = _single_part(comp)
-    if single is None or not _few_possible(single[0]):
+    if single is None or not _few_possible(single[0]) or assumed().no_few_steps:
         return eps
     mech, n = single
     # (the tilt keeps its derivative: the block sums are exact for every tilt only to quadrature accuracy, the
@@ -607,7 +606,7 @@ def _with_few_steps_terms(comp, t, eps, terms):
     """``terms`` (the split's ``(first, second)``) with :func:`_few_log_delta` in place of both for one to three
     steps of a single two-point mixture, and whether it was (``sparse_cond``: see above)."""
     single = _single_part(comp)
-    if single is None or not _few_possible(single[0]):
+    if single is None or not _few_possible(single[0]) or assumed().no_few_steps:
         return terms, jnp.asarray(False)
     mech, n = single
     used = jnp.asarray(False)
