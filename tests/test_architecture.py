@@ -206,6 +206,40 @@ def test_third_party_accountant_through_register_method(toy_method):
     assert [float(b) for b in batched] == pytest.approx(looped, rel=1e-12)
 
 
+def test_a_staged_method_compiles_its_rare_branch_only_where_concrete_inputs_take_it(monkeypatch):
+    """``MethodInfo.staged`` (jaxdp/accountants/_staging.py): on concrete inputs the entry points trace the
+    method under ``Facts.light`` first, where it may answer NaN instead of tracing a rare branch, and run the
+    full program only then; traced inputs get the full program alone; both answer the same."""
+    from jaxdp.accountants._staging import assumed
+
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    traced = []
+
+    def log_delta(comp, direction, epsilon):
+        facts = assumed()
+        traced.append(facts)
+        full = _chernoff_log_delta(comp, direction, epsilon)
+        rare = comp.gaussian_mu2() > 0.5  # (stands for "the first pass failed": sigma < ~1.4 here)
+        return jnp.where(rare, jnp.nan, full) if facts.light else full
+
+    jaxdp.register_method(
+        jaxdp.MethodInfo("toy-staged", certified=True, description="", log_delta=log_delta,
+                         epsilon=_chernoff_epsilon, supports=_gaussian_only, staged=True)
+    )
+    with jax.enable_x64(True):
+        want = {s: float(jnp.exp(_chernoff_log_delta(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", 1.0)))
+                for s in (2.0, 1.0)}
+    assert float(jaxdp.delta_for_epsilon(jaxdp.Gaussian(2.0), epsilon=1.0, method="toy-staged")) == pytest.approx(
+        want[2.0], rel=1e-12)
+    assert [f.light for f in traced] == [True]
+    got = float(jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=1.0, method="toy-staged"))
+    assert got == pytest.approx(want[1.0], rel=1e-12)  # the full program's answer where the light one is NaN
+    assert [f.light for f in traced] == [True, False]
+    user = jax.jit(lambda s: jaxdp.delta_for_epsilon(jaxdp.Gaussian(s), epsilon=1.0, method="toy-staged"))(1.0)
+    assert float(user) == pytest.approx(want[1.0], rel=1e-6)  # (float32: x64 off)
+    assert not any(f.light for f in traced[2:])  # (the full program again, or its cached trace)
+
+
 def test_register_method_rejects_bad_infos():
     with pytest.raises(TypeError):
         jaxdp.register_method("rdp")

@@ -28,7 +28,7 @@ from jaxdp.accountants._registry import (
     register_methods,
 )
 from jaxdp.accountants._split_saddle import SplitTerms
-from jaxdp.accountants._staging import Facts, assume, of_concrete
+from jaxdp.accountants._staging import Facts, assume, assumed, of_concrete
 from jaxdp.mechanisms import Composition, as_composition
 from jaxdp.numerics import NEAREST, float64_entry, float64_scope, nan_to, program_cache, to_f64
 from jaxdp.numerics import validate as _validate
@@ -147,7 +147,8 @@ def _log_delta_of_composition(comp, epsilon, method, or_nan):
     info = method_info(method)
     get = (lambda i: i.log_delta_or_nan) if or_nan else (lambda i: i.log_delta)
     log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, get), 0.0)
-    if info.certified:  # a bound that could not be evaluated is the vacuous delta = 1, never NaN
+    # a bound that could not be evaluated is the vacuous delta = 1, never NaN
+    if info.certified and not assumed().light:
         log_delta = nan_to(log_delta, 0.0)
     return jnp.where(_valid_query(comp, epsilon, "epsilon"), log_delta, jnp.nan)
 
@@ -165,7 +166,7 @@ def _epsilon_of_composition(comp, delta, method, or_nan):
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
     get = (lambda i: i.epsilon_or_nan) if or_nan else (lambda i: i.epsilon)
     eps = _worst_direction(comp, log_delta, info, get, lambda i: i.epsilon_given_screen)
-    if info.certified:  # likewise the vacuous epsilon = inf
+    if info.certified and not assumed().light:  # likewise the vacuous epsilon = inf
         eps = nan_to(eps, jnp.inf)
     return jnp.where(ok, eps, jnp.nan)
 
@@ -201,20 +202,32 @@ epsilon_with_fallback = _with_fallback(epsilon_of_composition, "delta")
 
 
 def _run(info, facts, args, plain_jit, plain, with_fallback_jit, with_fallback):
-    """Runs an entry point's program.  With a fallback: traced inputs get one program (the cond); concrete
-    ones first the method alone, and the fallback's program only where needed (compiled only then).  Where
-    the step counts are concrete (also inside a user's trace, where they are constants of it), the program
-    leaves out the branches they never take (see ``_staging``)."""
+    """Runs an entry point's program.  Traced inputs get one program (with a fallback, the cond).  Concrete
+    ones get the method alone first (a staged method's light program, see ``_staging``), and the fallback's
+    program or the full one only where needed (compiled only then).  Where the step counts are concrete (also
+    inside a user's trace, where they are constants of it), the program leaves out the branches they never
+    take."""
     static = {"method": info.name, "facts": facts}
-    if info.fallback is None:
-        return program_cache.call(plain_jit, plain, args, static)
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
-        return program_cache.call(with_fallback_jit, with_fallback, args, static)
+        jitted, fn = (plain_jit, plain) if info.fallback is None else (with_fallback_jit, with_fallback)
+        return program_cache.call(jitted, fn, args, static)
+    if info.fallback is None:
+        return _staged(info, plain_jit, plain, args, static)
     value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True})
     if not bool(jnp.any(jnp.isnan(value))):
         return value
-    backup = program_cache.call(plain_jit, plain, args, {**static, "method": info.fallback})
+    backup = _staged(method_info(info.fallback), plain_jit, plain, args, {**static, "method": info.fallback})
     return jnp.where(jnp.isnan(value), backup, value)
+
+
+def _staged(info, jitted, fn, args, static):
+    """``jitted`` on concrete ``args``: a staged method's light program, and its full one where that is NaN."""
+    if not info.staged:
+        return program_cache.call(jitted, fn, args, static)
+    light = program_cache.call(jitted, fn, args, {**static, "facts": dataclasses.replace(static["facts"], light=True)})
+    if not bool(jnp.any(jnp.isnan(light))):
+        return light
+    return jnp.where(jnp.isnan(light), program_cache.call(jitted, fn, args, static), light)
 
 
 _log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method", "or_nan", "facts"))

@@ -49,6 +49,9 @@ class MethodInfo:
       fallback: for an estimate, the method the public entry points answer with where this one
         cannot vouch for its value: ``log_delta_or_nan`` / ``epsilon_or_nan`` (the same functions,
         NaN there) tell where.  Internal callers (the calibrators) use ``log_delta`` / ``epsilon``.
+      staged: ``log_delta`` and ``epsilon`` honour ``Facts.light`` (``jaxdp/accountants/_staging.py``): traced
+        under it for concrete inputs, they may answer NaN instead of tracing a branch few inputs take (a second
+        pass, a last-resort bound), and the entry points then run the full program (compiled only then).
       epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
         ``epsilon`` given the screen's epsilon of the same direction (already computed for the
         second direction; a method that uses it need not trace it again).
@@ -68,6 +71,7 @@ class MethodInfo:
     fallback: str | None = None
     log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
     epsilon_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
+    staged: bool = False
 
 
 _METHODS: dict[str, MethodInfo] = {}

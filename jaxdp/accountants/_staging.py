@@ -29,9 +29,12 @@ class Facts:
     Attributes:
       no_few_steps: every part of the composition runs 0 or more than :data:`FEW_STEPS` steps (the
         saddle-point estimate's exact few-step branch is never taken).
+      light: every input is concrete, and the caller runs the full program where this one answers NaN: a
+        method (``MethodInfo.staged``) may answer NaN instead of tracing a branch that few inputs take.
     """
 
     no_few_steps: bool = False
+    light: bool = False
 
 
 NOTHING = Facts()

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 
 from jaxdp.accountants import _cgf, _rdp, _saddlepoint
 from jaxdp.accountants._registry import MethodInfo
+from jaxdp.accountants._staging import assumed
 from jaxdp.accountants.certified._constants import (
     _EPS_NUDGES,
     _U,
@@ -74,6 +75,9 @@ def certified_terms(comp: Composition, direction: str, epsilon, grid=None) -> Ce
     log_delta = nan_to(log_delta, 0.0)
     best = jnp.minimum(log_delta, sp.log_delta_upper)  # (the latter includes the pure-DP bound)
     best = nan_to(best, 0.0)
+    if assumed().light:  # the Rényi-DP bound is the full program's (see _staging)
+        upper = jnp.where(best < 0.0, best, jnp.nan)
+        return CertifiedResult(sp.saddle_point, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, upper)
     upper = jax.lax.cond(
         best < 0.0,
         lambda b: b,
@@ -216,6 +220,8 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     _, (eps1, eps2) = jax.lax.scan(one_pass, jnp.asarray(jnp.inf, jnp.float64), jnp.array([True, False]))
     best = jnp.minimum(eps1, eps_sp)
     best = jnp.minimum(jnp.minimum(best, eps2), _pure_dp_epsilon(comp, direction))
+    if assumed().light:  # the Rényi-DP bound is the full program's (see _staging)
+        return jnp.where(jnp.isfinite(best), jnp.maximum(best, 0.0), jnp.nan)
     # every bound failed: the Rényi-DP bound (its orders checked), else vacuous
     best = jax.lax.cond(
         jnp.isfinite(best),
@@ -240,6 +246,7 @@ METHODS = (
         supports=_supported,
         screen="saddlepoint-certified",
         calibration_nudge=3e-6,
+        staged=True,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
     ),
     MethodInfo(
@@ -251,6 +258,7 @@ METHODS = (
         supports=_supported,
         screen="saddlepoint-certified",
         calibration_nudge=3e-5,
+        staged=True,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
     ),
 )
