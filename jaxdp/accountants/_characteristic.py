@@ -272,13 +272,17 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
     they then answer with ``MethodInfo.fallback``).
     """
     sg_comp = jax.lax.stop_gradient(comp)
-    # the certified saddle-point epsilon: the fallback, and (above the truth by a few percent
-    # to tens of percent) the starting point of the search
-    fallback = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
-    eps0 = jax.lax.stop_gradient(fallback)
-    # where the certified value is vacuous (inf: its quadrature unresolved) start from the estimate
     est = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
-    eps0 = jnp.where(jnp.isfinite(eps0), eps0, jnp.where(jnp.isfinite(est), est, 1.0))
+    if unreliable == "nan":  # (no fallback to trace: the search starts from the delta_2 estimate)
+        fallback = jnp.nan
+        eps0 = jnp.where(jnp.isfinite(est), est, 1.0)
+    else:
+        # the certified saddle-point epsilon: the fallback, and (above the truth by a few percent
+        # to tens of percent) the starting point of the search
+        fallback = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
+        eps0 = jax.lax.stop_gradient(fallback)
+        # where the certified value is vacuous (inf: its quadrature unresolved) start from the estimate
+        eps0 = jnp.where(jnp.isfinite(eps0), eps0, jnp.where(jnp.isfinite(est), est, 1.0))
 
     # Pass 1: contour at that start, searched on a wide bracket (the saddle point can be off
     # by tens of percent when few steps sample the record).  Pass 2: the contour
@@ -306,7 +310,9 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
         log_d, log_alias, _log_truncation(contour) + base, _log_chernoff(contour, eps_sg), log_round
     )
     ok = jax.lax.stop_gradient(ok)
-    return jnp.where(ok, eps, jnp.nan if unreliable == "nan" else fallback)
+    if unreliable == "nan":  # a root the search did not reach (the bracket missed it) is not vouched for either
+        ok = ok & (jnp.abs(log_d - log_delta) <= 1e-6 * jnp.abs(log_delta)) | at_zero
+    return jnp.where(ok, eps, fallback)
 
 
 METHODS = (
