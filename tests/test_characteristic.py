@@ -298,3 +298,23 @@ def test_unreliable_regime_answers_with_the_certified_bound():
     # and where the contour is reliable, the method's own estimate
     est = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=2000, method="characteristic"))
     assert est < float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=2000, method="certified"))
+
+
+def test_the_entry_points_program_traces_no_certified_start(monkeypatch):
+    """The entry points' form (NaN where the contour cannot vouch for itself; the certified fallback answers
+    there) starts its search from the delta_2 estimate: the certified saddle-point epsilon, about half of the
+    program, is never traced into it (a trace alone, no compile)."""
+    from jaxdp.accountants import _characteristic, _saddlepoint
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the certified saddle-point epsilon was traced")
+
+    monkeypatch.setattr(_saddlepoint, "epsilon_saddlepoint_upper", forbidden)
+    with x64():
+        comp = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 1000))
+        out = jax.eval_shape(
+            lambda c: _characteristic.epsilon_characteristic(c, "remove", jnp.log(1e-5), unreliable="nan"), comp
+        )
+        assert out.shape == ()
+        with pytest.raises(AssertionError, match="certified saddle-point"):  # the internal form keeps its fallback
+            jax.eval_shape(lambda c: _characteristic.epsilon_characteristic(c, "remove", jnp.log(1e-5)), comp)
