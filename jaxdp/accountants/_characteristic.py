@@ -311,7 +311,7 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
     )
     ok = jax.lax.stop_gradient(ok)
     if unreliable == "nan":  # a root the search did not reach (the bracket missed it) is not vouched for either
-        ok = ok & (jnp.abs(log_d - log_delta) <= 1e-6 * jnp.abs(log_delta)) | at_zero
+        ok = (ok & (jnp.abs(log_d - log_delta) <= 1e-6 * jnp.abs(log_delta))) | at_zero
     return jnp.where(ok, eps, fallback)
 
 

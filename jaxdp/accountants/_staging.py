@@ -16,6 +16,8 @@ import threading
 import jax
 import numpy as np
 
+from jaxdp.numerics._validate import is_concrete
+
 __all__ = ["FEW_STEPS", "Facts", "assume", "assumed", "of_concrete"]
 
 #: up to this many steps of one two-point mixture the saddle-point estimate is exact, not the split's
@@ -62,7 +64,7 @@ def of_concrete(mechanism, num_steps=1) -> Facts:
     the step counts where they are concrete (none where any is traced).  Take them before the counts become
     arrays: inside a trace, even a constant count does."""
     leaves = [num_steps] + ([] if not hasattr(mechanism, "counts") else jax.tree.leaves(mechanism.counts))
-    if any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if not is_concrete(leaves):
         return NOTHING
     counts = np.asarray(num_steps, np.float64) * np.concatenate(
         [np.ravel(np.asarray(x, np.float64)) for x in leaves[1:]] or [np.ones(1)]

@@ -77,13 +77,13 @@ def certified_terms(comp: Composition, direction: str, epsilon, grid=None) -> Ce
     best = nan_to(best, 0.0)
     if assumed().light:  # the Rényi-DP bound is the full program's (see _staging)
         upper = jnp.where(best < 0.0, best, jnp.nan)
-        return CertifiedResult(sp.saddle_point, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, upper)
-    upper = jax.lax.cond(
-        best < 0.0,
-        lambda b: b,
-        lambda b: jnp.minimum(b, nan_to(_rdp.log_delta_rdp(comp, direction, epsilon), 0.0)),
-        best,
-    )
+    else:
+        upper = jax.lax.cond(
+            best < 0.0,
+            lambda b: b,
+            lambda b: jnp.minimum(b, nan_to(_rdp.log_delta_rdp(comp, direction, epsilon), 0.0)),
+            best,
+        )
     return CertifiedResult(sp.saddle_point, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, upper)
 
 
