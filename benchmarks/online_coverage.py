@@ -78,18 +78,39 @@ def table(path):
             f"### sigma {sigma}, q {q}, delta {delta:g}: {len(rs)} seeds, {', '.join(f'{m:,}' for m in n)} paths, "
             f"refused steps {refused} of {1000 * len(rs)}, median {secs:.1f} s per curve\n"
         )
-        print("| step | truth | coverage | rel. bias (+- se) | mean stderr / sd over seeds |\n|---|---|---|---|---|")
+        print(
+            "| step | truth | coverage (95 % CI) | misses low / high | rel. bias (+- se) "
+            "| sd of (eps - truth) / stderr | mean stderr / sd over seeds |\n|---|---|---|---|---|---|---|"
+        )
+        total = 0
         for j, k in enumerate(rs[0]["ks"]):
             t = truth[k]
             eps = np.array([r["eps"][j] for r in rs])
             se = np.array([r["se"][j] for r in rs])
-            cov = sum(r["lo"][j] <= t <= r["hi"][j] for r in rs)
+            low = sum(r["hi"][j] < t for r in rs)  # the interval lies below the truth
+            high = sum(r["lo"][j] > t for r in rs)
+            cov = len(rs) - low - high
+            total += cov
+            a, b = _clopper_pearson(cov, len(rs))
             rel = eps / t - 1
             print(
-                f"| {k} | {t:.5f} | {100 * cov / len(rs):.0f}% ({cov}/{len(rs)}) | {rel.mean():+.1e} +- "
-                f"{rel.std(ddof=1) / math.sqrt(len(rs)):.1e} | {se.mean() / eps.std(ddof=1):.2f} |"
+                f"| {k} | {t:.5f} | {100 * cov / len(rs):.0f}% ({cov}/{len(rs)}; {100 * a:.0f}-{100 * b:.0f}%) | "
+                f"{low} / {high} | {rel.mean():+.1e} +- {rel.std(ddof=1) / math.sqrt(len(rs)):.1e} | "
+                f"{np.std((eps - t) / se, ddof=1):.2f} | {se.mean() / eps.std(ddof=1):.2f} |"
             )
+        m = len(rs) * len(rs[0]["ks"])
+        print(f"\nAll checkpoints: {total}/{m} = {100 * total / m:.1f} %.")
         print()
+
+
+def _clopper_pearson(k, n, level=0.95):
+    """The exact (Clopper-Pearson) interval of a binomial proportion."""
+    from scipy.stats import beta
+
+    a = (1 - level) / 2
+    lo = beta.ppf(a, k, n - k + 1) if k > 0 else 0.0
+    hi = beta.ppf(1 - a, k + 1, n - k) if k < n else 1.0
+    return lo, hi
 
 
 if __name__ == "__main__":
