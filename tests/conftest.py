@@ -100,16 +100,16 @@ SLOW_TESTS = {
     "tests/test_characteristic.py::test_agrees_with_the_saddle_point_accountant[0.8-0.005-5000]",
     "tests/test_characteristic.py::test_agrees_with_the_saddle_point_accountant[2.0-0.05-300]",
     "tests/test_characteristic.py::test_reference_epsilon_rows[group_cifar_sigma2-8-2000]",  # 53 (sigma1-2 stays)
-    # 2026-11-28 (issue 42, third cut; CPU-s of trace + lower + compile in the cold profile of cd38127)
-    # 115: the few-step sums' gradient, a program of its own; the split estimate's gradient stays on the other rows
+    # issue 42, third cut (programs no other default test compiles):
+    # the few-step sums' gradient, a program of its own; the split estimate's gradient stays on the other rows
     # and the conformance suite's d eps / d sigma, this setting's value in test_few_steps_at_tiny_q_against_...
     "tests/test_saddlepoint_split.py::test_gradients_match_finite_differences[2.17-0.001-2-1e-12]",
-    # 45: saddlepoint_terms at three steps; test_a_program_holds_the_few_step_sums_... asserts the same delta
+    # saddlepoint_terms at three steps; test_a_program_holds_the_few_step_sums_... asserts the same delta
     "tests/test_saddlepoint_split.py::test_three_steps_delta_and_terms",
-    # 25: a stacked schedule's delta at few steps; the Poisson-binomial count it regressed on stays checked by
+    # a stacked schedule's delta at few steps; the Poisson-binomial count it regressed on stays checked by
     # test_count_of_jumps_over_heterogeneous_steps_is_poisson_binomial and the [0.42, 0.54, 0.58] schedule row
     "tests/test_saddlepoint_split.py::test_a_schedule_is_never_below_its_own_first_step",
-    # 29: certified's own one-step Gaussian program; the same cause (a saddle point past the old bracket, in shared
+    # certified's own one-step Gaussian program; the same cause (a saddle point past the old bracket, in shared
     # search code) stays checked through certified-fast and saddlepoint-certified
     "tests/test_soundness.py::test_tiny_noise_gaussian_at_delta_1e30[certified]",
 }

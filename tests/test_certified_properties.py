@@ -6,8 +6,8 @@ a post-processing of the mechanism with every loss rounded down (``_fft_referenc
 below the truth in epsilon on the reference rows) where it applies, the sum statistic (the sum of the outputs)
 elsewhere; post-processing cannot raise delta, so a proven upper bound must sit at or above it everywhere, also
 far from the reference table.  The default run checks the Poisson-subsampled Gaussians of a small grid; ``-m
-slow`` its three-point mixtures and two-segment schedules (delta from 1e-12 to 1e-3; a program each, ~90 CPU-s
-cold) and a wide grid, both query directions.
+slow`` its three-point mixtures and two-segment schedules (delta from 1e-12 to 1e-3; a costly program
+each) and a wide grid, both query directions.
 """
 
 from __future__ import annotations

@@ -339,8 +339,8 @@ def test_cli_calibrate_fixed_batch(capsys):
 def test_cli_group_curve_outputs_and_plot(capsys, tmp_path):
     pytest.importorskip("matplotlib")
     plot = tmp_path / "group.png"
-    # the command line's outputs are under test, not the accountant: the one-Gaussian estimate (the split estimate's
-    # mixture programs were ~50 CPU-s here; it meets group mixtures in test_saddlepoint_split.py)
+    # the command line's outputs are under test, not the accountant: the one-Gaussian estimate (the split estimate
+    # meets group mixtures in test_saddlepoint_split.py, in programs of its own)
     base = f"group-curve --sigma 2 --steps {STEPS} --delta {DELTA} --max-group 3 --method saddlepoint-delta2"
     r = _json(capsys, f"{base} --sampling fixed --dataset-size {N} --batch-size {B} --json --plot {plot}".split())
     assert r["group_size"] == [1, 2, 3] and len(r["epsilon"]) == 3 and len(r["poisson_epsilon"]) == 3

@@ -39,7 +39,7 @@ class TestSaddlepointCertifiedConformance(AccountantConformance):
     method = "saddlepoint-certified"
     # its own compile of the jitted query (22 s on 2 cores): run with -m slow; test_user_jit_equals_call stays;
     # add_or_remove compiles the add direction's program (45 CPU-s); traced invalid input, three user-jit programs
-    # of their own (34 CPU-s): the NaN masking is _api's, checked on rdp and exact in the default run
+    # of its own: the NaN masking is _api's, checked on rdp and exact in the default run
     slow_checks = frozenset(
         {"test_jit_equals_eager", "test_add_or_remove_is_the_worse_direction", "test_traced_invalid_input_gives_nan"}
     )

@@ -88,8 +88,8 @@ def test_one_compile_for_1_to_100_segments():
     """The compiled program does not depend on the number of segments (the jitted accountant's compile cache does
     not grow), and each query answers its own schedule.  (The accountant's own program, not one jitted here: the
     same check without a program of its own; the one-Gaussian delta_2 estimate's, since the stacking is the
-    constructor's and the accountant's entry point's, not the method's: the split estimate's stacked program took
-    ~35 CPU-s to trace again in this module.)"""
+    constructor's and the accountant's entry point's, not the method's, and the split estimate's stacked program is
+    costly to trace again in this module.)"""
     from jaxdp.accountants import _api as _accountant
 
     rng = np.random.default_rng(0)

@@ -4,7 +4,7 @@ The suite runs with JAX's default x64 off (see conftest), as Flax/optax users ru
 their tolerance in standard errors.  Accounting checks compare with compositions built independently, segment
 by segment, and with the public entry points; ``rdp`` (a certified method that compiles in seconds), and
 ``saddlepoint-delta2`` as the trackers' ``estimate_method`` where the estimate is not the subject, keep the default
-run short (the split estimate's stacked programs took ~20 CPU-s each to trace again here).
+run short (the split estimate's stacked programs are costly to trace again here).
 """
 
 from __future__ import annotations

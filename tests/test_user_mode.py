@@ -165,8 +165,8 @@ def _case(kind, method, transforms=ALL_TRANSFORMS, **kw):
 # the default run: every transformation for one cheap method, a cross-section for the rest
 DEFAULT_CELLS = {
     # an epsilon solve under jit and jit(grad) on the one-Gaussian delta_2 estimate (programs of seconds); the split
-    # estimate under every transformation: test_cheap_accountants_under_every_transformation (-m slow; ~105 CPU-s
-    # here, issue 42), its x64-off jit in test_training.py's jitted train step
+    # estimate under every transformation: test_cheap_accountants_under_every_transformation (-m slow: its
+    # programs are the suite's costliest), its x64-off jit in test_training.py's jitted train step
     ("epsilon", "saddlepoint-delta2"): ("jit", "jit_grad"),
     ("delta", "rdp"): ("jit_grad",),
     ("epsilon", "exact"): ("jit",),
