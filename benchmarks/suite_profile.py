@@ -2,7 +2,7 @@
 
 Run the suite with ``JAXDP_TEST_PROFILE=DIR`` (``tests/conftest.py`` then writes, per xdist worker, the seconds
 JAX spent tracing, lowering and compiling during each test, and the name and compile time of each program it
-compiled) and ``--durations=0`` into a log, then::
+compiled, and every test's wall time; older profiles need ``--durations=0`` in the log) into a log, then::
 
     python benchmarks/suite_profile.py DIR LOG [--out benchmarks/results/test_suite.md] [--label "cold, 2 cores"]
 
@@ -52,6 +52,8 @@ def main():
     a = ap.parse_args()
     prof = load_profile(a.profile_dir)
     dur, summary = load_durations(a.log)
+    # the profile's own wall times (every test) where the run recorded them; the log's --durations otherwise
+    dur.update({nodeid: r["wall"] for nodeid, r in prof.items() if "wall" in r})
     total_compile = sum(r["compile"] for r in prof.values())
     total_trace = sum(r["trace"] + r["lower"] for r in prof.values())
     lines = [

@@ -21,6 +21,7 @@ import jaxdp
 # the calibrators' machinery on the fastest programs (delta_2 compiles in ~3 s, the split estimate in ~10 s);
 # the split estimate's own path: test_implicit_gradients_match_finite_differences, test_split_estimate_calibrates_...
 CHEAP = {"method": "saddlepoint-delta2", "certify": "saddlepoint-certified"}
+RDP_PAIR = {"method": "rdp", "certify": "rdp"}
 
 
 def _sigma(target=8.0, delta=1e-5, q=0.01, steps=2000, **kw):
@@ -331,8 +332,9 @@ def test_infeasible_entries_of_arrays_get_a_status():
 
 
 def test_max_steps_and_sigma_max():
+    # max_steps is data: the rdp pair's program, which test_cli.py's infeasible-count message compiles too
     r = jaxdp.calibrate_num_steps(
-        target_epsilon=8.0, delta=1e-5, noise_multiplier=5.0, sampling_prob=0.001, max_steps=1000, **CHEAP
+        target_epsilon=8.0, delta=1e-5, noise_multiplier=5.0, sampling_prob=0.001, max_steps=1000, **RDP_PAIR
     )
     assert float(r.num_steps) == 1000.0 and int(r.status) == 2
     with pytest.raises(ValueError, match="sigma_max"):

@@ -31,6 +31,9 @@ class TestSaddlepointConformance(AccountantConformance):
             "test_heterogeneous_composition",
             "test_grad_delta_wrt_sigma",
             "test_add_or_remove_is_the_worse_direction",
+            # issue 42, fourth cut: the split estimate in a user's jit with x64 on; with x64 off, and equal to the
+            # eager call, it stays in test_training.py::test_the_accountant_runs_inside_a_jitted_train_step_...
+            "test_user_jit_equals_call",
         }
     )
 
@@ -40,8 +43,19 @@ class TestSaddlepointCertifiedConformance(AccountantConformance):
     # its own compile of the jitted query (22 s on 2 cores): run with -m slow; test_user_jit_equals_call stays;
     # add_or_remove compiles the add direction's program (45 CPU-s); traced invalid input, three user-jit programs
     # of its own: the NaN masking is _api's, checked on rdp and exact in the default run
+    # (issue 42, fourth cut) its epsilon gradient (one program for three checks) and its vmapped epsilon: d delta /
+    # d sigma stays, a certified epsilon's gradient stays on rdp, vmap stays on split, rdp, exact and certified
     slow_checks = frozenset(
-        {"test_jit_equals_eager", "test_add_or_remove_is_the_worse_direction", "test_traced_invalid_input_gives_nan"}
+        {
+            "test_jit_equals_eager",
+            "test_add_or_remove_is_the_worse_direction",
+            "test_traced_invalid_input_gives_nan",
+            "test_grad_epsilon_wrt_sigma",
+            "test_grad_epsilon_wrt_q",
+            "test_gradients_finite_on_a_grid",
+            "test_vmap_equals_loop",
+            "test_vmap_over_steps_and_delta",
+        }
     )
 
 
@@ -148,8 +162,10 @@ def test_gradient_finite_where_one_direction_has_zero_delta(method):
         assert float(grad[0]) == pytest.approx(fd, rel=rtol)
 
 
-# the forward derivative: a program of its own (the split estimate's: ~100 s cold, -m slow)
-@pytest.mark.parametrize("method", [pytest.param("saddlepoint", marks=pytest.mark.slow), "saddlepoint-certified"])
+# the forward derivative: a program of its own for each method (-m slow); the same regression in reverse mode stays in
+# test_gradient_finite_where_one_direction_has_zero_delta
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified"])
 def test_forward_derivative_finite_where_one_direction_has_zero_delta(method):
     log_delta, rtol = _zero_add_delta(method)
     with x64():
