@@ -120,7 +120,8 @@ def test_accountant_matches_dp_accounting_pld_within_its_discretisation(name):
     got = acc.compose(event).get_epsilon(delta)
     _assert_within_the_oracle(got, oracle)
     if name in ("poisson_gaussian", "schedule"):  # the PLD written above is the one dp_accounting computes today
-        assert _pld(event, delta) == pytest.approx(oracle.upper, rel=1e-9)
+        # (to 1e-8: with the numpy and scipy a Python 3.13 venv gets, its PLD moves by 2e-9)
+        assert _pld(event, delta) == pytest.approx(oracle.upper, rel=1e-8)
     if name != "mixture":
         assert got <= _rdp(event) * (1 + 1e-9)  # tighter than dp_accounting's RDP bound
     if method == "exact":  # (get_delta is a second program: checked where it compiles in a second)

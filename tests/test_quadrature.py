@@ -152,3 +152,30 @@ def test_bracketed_secant_solves_and_differentiates_like_newton():
         h = 1e-6
         fd = (root(2.0 + h) - root(2.0 - h)) / (2 * h)
         assert abs(float(g - fd)) < 1e-6 * abs(float(fd))
+
+
+def test_implicit_root_inside_a_scan_that_closes_over_integers():
+    """The root's derivative when ``f`` closes over a scan body's integer and float tracers, under grad, jit(grad),
+    jvp and vmap: the rule is traced again for the scan's JVP, so it must hold no tracer of its own (with every
+    closed-over value an argument it did not: "No constant handler for type: DynamicJaxprTracer", JAX 0.12).
+    Against the closed form: the root of ``a * k - x`` summed over k = 1..3 is ``6 a``."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxdp.numerics import solve_decreasing
+
+    with jax.enable_x64(True):
+
+        def total(a):
+            def body(acc, k):
+                scale = a * k.astype(jnp.float64)
+                root = solve_decreasing(lambda x: jnp.where(k > 0, scale - x, -x), -100.0, 100.0)
+                return acc + root, None
+
+            return jax.lax.scan(body, jnp.float64(0.0), jnp.arange(1, 4))[0]
+
+        assert float(total(1.5)) == pytest.approx(9.0, rel=1e-12)
+        assert float(jax.grad(total)(1.5)) == pytest.approx(6.0, rel=1e-12)
+        assert float(jax.jit(jax.grad(total))(1.5)) == pytest.approx(6.0, rel=1e-12)
+        assert float(jax.jvp(total, (1.5,), (1.0,))[1]) == pytest.approx(6.0, rel=1e-12)
+        np.testing.assert_allclose(np.asarray(jax.vmap(jax.grad(total))(jnp.array([1.0, 2.0]))), [6.0, 6.0])

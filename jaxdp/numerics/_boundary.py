@@ -25,8 +25,14 @@ the call becomes one ``jax.custom_jvp`` function of the array inputs:
 Lowering is the remaining hazard: the float64 operations are lowered by the
 user's ``jit`` with x64 off.  The package avoids the few primitives whose
 lowering depends on the x64 flag (``argmax``/``argmin``: see
-:func:`jaxdp.numerics.argmax`); ``tests/test_user_mode.py`` runs every public
-entry point under every transformation in a subprocess with x64 off.
+:func:`jaxdp.numerics.argmax`).  From JAX 0.12, indexing with a traced index
+(``x.at[i]``, ``jnp.take``, ``jnp.roll``) and ``lax.custom_root`` are expanded
+at lowering time as well, outside the scope: traced index arrays are int32
+(an int64 index meets the int32 constants of that expansion), and roots carry
+their derivative through a ``custom_jvp`` (``numerics._solvers``).
+``tests/test_user_mode.py`` runs every public entry point under every
+transformation in a subprocess with x64 off, on the oldest and the newest JAX
+CI runs.
 """
 
 from __future__ import annotations

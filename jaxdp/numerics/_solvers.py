@@ -6,13 +6,14 @@ it stays strictly inside the current bracket, otherwise the bracket is
 bisected.  The loop is a ``lax.while_loop`` with a static iteration budget and
 a tolerance -- no Python control flow on traced values.  The derivative of the
 root with respect to anything the function closes over is given by the
-implicit function theorem through ``jax.lax.custom_root``, not by unrolling
-the iterations.
+implicit function theorem (a ``custom_jvp`` of the closure-converted function),
+not by unrolling the iterations.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 
 from jaxdp.numerics._logspace import argmin, nan_to
@@ -168,15 +169,62 @@ def solve_decreasing(
         x, _, _, _ = bracketed_newton(g, lo, hi, x_init, max_iterations=max_iterations, max_jump=max_jump)
         return x
 
-    def tangent_solve(g, y):
-        d = g(jnp.ones_like(y))
-        ok = jnp.isfinite(d) & (d != 0)
-        return jnp.where(ok, y / jnp.where(ok, d, 1.0), 0.0)
-
-    x = jax.lax.custom_root(f, start, solve, tangent_solve)
+    x = _root_with_implicit_derivative(f, start, solve)
     tol = 1e-9 * (1.0 + jnp.abs(hi - lo))
     edge = jax.lax.stop_gradient((x <= lo + tol) | (x >= hi - tol))
     return jnp.where(edge, jax.lax.stop_gradient(x), x)
+
+
+def _hoisted(fn, *example_args):
+    """``(pure, consts)`` with ``pure(*args, *consts) == fn(*args)``: every value ``fn`` closes over is an argument.
+
+    Unlike ``jax.closure_convert``, which hoists only the values that may carry a tangent, integer and boolean
+    tracers are hoisted too: a ``custom_jvp`` rule that closes over a tracer leaks it when JAX traces the rule again
+    later (the JVP of a ``scan`` body that holds the rule: "No constant handler for type: DynamicJaxprTracer").
+    """
+    closed = jax.make_jaxpr(fn)(*example_args)
+    jaxpr, n_args = closed.jaxpr, len(example_args)
+
+    def pure(*args_and_consts):
+        args, consts = args_and_consts[:n_args], args_and_consts[n_args:]
+        out = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, list(consts)))(*args)
+        return out[0]
+
+    return pure, list(closed.consts)
+
+
+def _root_with_implicit_derivative(f, start, solve):
+    """``solve(f, start)``, a root of the scalar ``f``, with the derivative the implicit function theorem gives in
+    whatever ``f`` closes over: ``dx = -(df/dparams . dparams) / (df/dx)`` (zero where ``df/dx`` is 0 or not finite).
+
+    A ``custom_jvp`` of the closure-converted ``f`` rather than ``jax.lax.custom_root``: from JAX 0.12 custom_root
+    differentiates ``f`` lazily, when the user's transformation is lowered, and by then the float64 scope of a call
+    traced with x64 off has closed (``lax.mul requires arguments to have the same dtypes, got float64, float32``);
+    a ``custom_jvp`` rule is traced where the derivative is asked for, inside the scope.  The iterations are not
+    differentiated (the solve sees constants).
+    """
+    start = jax.lax.stop_gradient(start)
+    # the iteration runs on constants: what it closes over (f's parameters, a caller's own solver) is held fixed,
+    # so no tangent enters its loop (reverse mode cannot go through a while_loop)
+    solve_pure, solve_consts = _hoisted(lambda x0: solve(f, x0), start)
+    x_star = solve_pure(start, *(jax.lax.stop_gradient(c) for c in solve_consts))
+    f_pure, consts = _hoisted(f, start)
+
+    @jax.custom_jvp
+    def root(x, *params):
+        del params
+        return x
+
+    @root.defjvp
+    def root_jvp(primals, tangents):
+        x, *params = primals
+        _, *params_dot = tangents
+        slope = jax.jvp(lambda v: f_pure(v, *params), (x,), (jnp.ones_like(x),))[1]
+        dh = jax.jvp(lambda *ps: f_pure(x, *ps), tuple(params), tuple(params_dot))[1] if params else 0.0
+        ok = jnp.isfinite(slope) & (slope != 0)
+        return x, jnp.where(ok, -dh / jnp.where(ok, slope, 1.0), 0.0)
+
+    return root(jax.lax.stop_gradient(x_star), *consts)
 
 
 def minimize_on_grid(f, grid, *, refine_steps: int = 40):

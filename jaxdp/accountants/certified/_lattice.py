@@ -175,7 +175,7 @@ def _interval_log_masses(edges, log_p, c, s):
     gauss = jnp.where(empty, _NEG, -0.5 * m0_g * m0_g + jnp.log1p(mean_factor(m0_g, w_g, _FAST_ORDER)) + log_w)
 
     def gathered(mix, gauss):
-        idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0]
+        idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0].astype(jnp.int32)  # see _boundary.py
         mix_b, gauss_b = _exact_log_masses(jnp.take(xa, idx, mode="clip"), jnp.take(xb, idx, mode="clip"), log_p, c, s)
         return mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
 

@@ -196,7 +196,7 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
             + 1.01 * _fft_rho(size) * jnp.sqrt(jnp.sum(y * y))
         )
         bound = 1.01 * bound + _TINY
-        y = jnp.roll(y, -jnp.mod(j0, size).astype(jnp.int64))
+        y = jnp.roll(y, -jnp.mod(j0, size).astype(jnp.int32))  # (int32 indices: see numerics/_boundary.py)
         # (a narrow window padded to the static size: points above it hold nothing, their mass is in log_rest)
         log_y = jnp.log(jnp.maximum(jnp.concatenate([y, jnp.zeros(num_bins - size)]), _TINY))
         log_tail = jnp.min(log_chernoff - s_grid * (ell_start + size * spacing))
