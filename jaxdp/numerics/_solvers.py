@@ -197,11 +197,11 @@ def _root_with_implicit_derivative(f, start, solve):
     """``solve(f, start)``, a root of the scalar ``f``, with the derivative the implicit function theorem gives in
     whatever ``f`` closes over: ``dx = -(df/dparams . dparams) / (df/dx)`` (zero where ``df/dx`` is 0 or not finite).
 
-    A ``custom_jvp`` of the closure-converted ``f`` rather than ``jax.lax.custom_root``: from JAX 0.12 custom_root
-    differentiates ``f`` lazily, when the user's transformation is lowered, and by then the float64 scope of a call
-    traced with x64 off has closed (``lax.mul requires arguments to have the same dtypes, got float64, float32``);
-    a ``custom_jvp`` rule is traced where the derivative is asked for, inside the scope.  The iterations are not
-    differentiated (the solve sees constants).
+    :func:`implicit_root` (a ``custom_jvp``) of the hoisted ``f`` rather than ``jax.lax.custom_root``: from JAX 0.12
+    custom_root differentiates ``f`` lazily, when the user's transformation is lowered, and by then the float64 scope
+    of a call traced with x64 off has closed (``lax.mul requires arguments to have the same dtypes, got float64,
+    float32``); a ``custom_jvp`` rule is traced where the derivative is asked for, inside the scope.  The iterations
+    are not differentiated (the solve sees constants).
     """
     start = jax.lax.stop_gradient(start)
     # the iteration runs on constants: what it closes over (f's parameters, a caller's own solver) is held fixed,
@@ -209,22 +209,7 @@ def _root_with_implicit_derivative(f, start, solve):
     solve_pure, solve_consts = _hoisted(lambda x0: solve(f, x0), start)
     x_star = solve_pure(start, *(jax.lax.stop_gradient(c) for c in solve_consts))
     f_pure, consts = _hoisted(f, start)
-
-    @jax.custom_jvp
-    def root(x, *params):
-        del params
-        return x
-
-    @root.defjvp
-    def root_jvp(primals, tangents):
-        x, *params = primals
-        _, *params_dot = tangents
-        slope = jax.jvp(lambda v: f_pure(v, *params), (x,), (jnp.ones_like(x),))[1]
-        dh = jax.jvp(lambda *ps: f_pure(x, *ps), tuple(params), tuple(params_dot))[1] if params else 0.0
-        ok = jnp.isfinite(slope) & (slope != 0)
-        return x, jnp.where(ok, -dh / jnp.where(ok, slope, 1.0), 0.0)
-
-    return root(jax.lax.stop_gradient(x_star), *consts)
+    return implicit_root(lambda u, _, params: f_pure(u, *params), None, x_star, tuple(consts))
 
 
 def minimize_on_grid(f, grid, *, refine_steps: int = 40):
