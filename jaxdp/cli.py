@@ -1099,10 +1099,9 @@ def _saddlepoint_warning(name, indicator):
 
 
 def _enable_compilation_cache():
-    """Keep compiled programs between runs (JAX's persistent cache): the certified accountant takes ~20 s to
-    compile on two cores, a cached run ~6 s.  ``JAXDP_CACHE_DIR`` moves the cache (default
-    ``$XDG_CACHE_HOME/jaxdp/xla``, i.e. ``~/.cache/jaxdp/xla``), ``JAXDP_CACHE_DIR=off`` turns it off, and a cache
-    directory already configured for JAX is left alone."""
+    """Keep the command line's other compiled programs between runs (JAX's persistent cache).
+    ``JAXDP_CACHE_DIR`` moves the cache (default ``$XDG_CACHE_HOME/jaxdp/xla``, i.e. ``~/.cache/jaxdp/xla``),
+    ``JAXDP_CACHE_DIR=off`` turns it off, and a cache directory already configured for JAX is left alone."""
     import jax
 
     where = os.environ.get("JAXDP_CACHE_DIR")
@@ -1117,14 +1116,7 @@ def _enable_compilation_cache():
         return
     jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
-    # and the exported (traced and lowered) programs inside it (JAX's cache reads only its own files): a warm
-    # run skips tracing too
-    from jaxdp.numerics import program_cache
-
-    try:
-        program_cache.enable(os.path.join(where, "programs"))
-    except OSError:
-        pass
+    # (the accountants' own programs are kept, compiled, by jaxdp.numerics.program_cache in ``where/programs``)
 
 
 def main(argv=None) -> int:

@@ -20,6 +20,16 @@ def x64():
         yield
 
 
+def accountant_programs():
+    """How many programs the accountants' entry points hold: their jits' and the on-disk program cache's (a
+    concrete call runs a cached program, not the jit, when the cache is on)."""
+    from jaxdp.accountants import _api
+    from jaxdp.numerics import _program_cache
+
+    jits = (_api._epsilon_jit, _api._log_delta_jit, _api._epsilon_fallback_jit, _api._log_delta_fallback_jit)
+    return sum(j._cache_size() for j in jits) + len(_program_cache._LOADED)
+
+
 def central_difference(f, x, rel_step=1e-5):
     """Float64 central finite difference of a scalar function of a float."""
     h = rel_step * max(abs(x), 1e-3)

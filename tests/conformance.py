@@ -14,12 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import central_difference, x64
+from _helpers import accountant_programs, central_difference, x64
 from hypothesis import given
 from hypothesis import strategies as st
 
 import jaxdp
-from jaxdp.accountants import _api as _accountant
 
 
 class AccountantConformance:
@@ -109,12 +108,11 @@ class AccountantConformance:
     def test_no_recompilation_on_new_values(self):
         self.eps(1.0, 0.01, 100, 1e-5)
         self.dlt(1.0, 0.01, 100, 1.0)
-        before = (_accountant._epsilon_jit._cache_size(), _accountant._log_delta_jit._cache_size())
+        before = accountant_programs()
         for s, q, n, d in [(1.3, 0.02, 250, 1e-6), (2.2, 0.2, 7, 1e-3)]:
             self.eps(s, q, n, d)
             self.dlt(s, q, n, 2.0 * d * 1e3)
-        after = (_accountant._epsilon_jit._cache_size(), _accountant._log_delta_jit._cache_size())
-        assert after == before
+        assert accountant_programs() == before
 
     # -- gradients ----------------------------------------------------------------
     # every gradient check of epsilon takes d/d(sigma, q) at Python floats, and of delta likewise: one program

@@ -13,6 +13,8 @@ import jax
 import pytest
 from hypothesis import HealthCheck, settings
 
+from jaxdp.numerics import program_cache
+
 # A persistent compilation cache shared by the xdist workers and across test modules: the
 # calibration and certified programs are compiled by several modules (and doctests), and each
 # compile takes 10-60 s on two cores.  The key covers the program, the options and the JAX
@@ -24,6 +26,9 @@ jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
 # the same cache reaches them there (without it each child compiled every program cold)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")
+# jaxdp's own cache of compiled accountant programs (jaxdp/numerics/_program_cache.py) beside it, for this process
+# and its children: never the user's ~/.cache, and cold where the XLA cache is
+os.environ.setdefault("JAXDP_CACHE_DIR", os.path.join(_XLA_CACHE, "jaxdp"))
 
 settings.register_profile(
     "jaxdp",
@@ -229,3 +234,4 @@ def _release_compiled_programs():
     rss = _resident_bytes()
     if rss is None or rss > RELEASE_ABOVE:
         jax.clear_caches()
+        program_cache.forget_loaded()

@@ -219,7 +219,7 @@ def test_command_line_keeps_compiled_programs_between_runs(tmp_path):
     first = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
     entries = sorted(p.name for p in cache.iterdir())
     assert entries  # the compiled program was written
-    assert list((cache / "programs").glob("*.jaxexport"))  # and the exported (traced) program beside it
+    assert list((cache / "programs").glob("*.xla"))  # and jaxdp's own compiled accountant program beside it
     second = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, env=env).stdout)
     assert second["delta"] == first["delta"]
     assert sorted(p.name for p in cache.iterdir()) == entries  # read back, not compiled anew

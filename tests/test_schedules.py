@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _helpers import central_difference, x64
+from _helpers import accountant_programs, central_difference, x64
 from _lower_bounds import psg, sum_statistic_log_delta
 
 import jaxdp
@@ -90,7 +90,6 @@ def test_one_compile_for_1_to_100_segments():
     same check without a program of its own; the one-Gaussian delta_2 estimate's, since the stacking is the
     constructor's and the accountant's entry point's, not the method's, and the split estimate's stacked program is
     costly to trace again in this module.)"""
-    from jaxdp.accountants import _api as _accountant
 
     rng = np.random.default_rng(0)
     sizes = []
@@ -102,7 +101,7 @@ def test_one_compile_for_1_to_100_segments():
                 noise_multipliers=sig, sampling_probs=np.full(s, 0.01), counts=np.full(s, 20)
             )
             eps = float(jaxdp.epsilon_for_delta(comp, delta=1e-5, method="saddlepoint-delta2"))
-            sizes.append(_accountant._epsilon_jit._cache_size())
+            sizes.append(accountant_programs())
             assert eps != previous
             previous = eps
     assert len(set(sizes)) == 1, sizes

@@ -61,6 +61,8 @@ register_methods(
 )
 
 
+_BUILT_IN = {name: method_info(name) for name in available_methods()}
+
 #: what ``method=None`` (the default of the entry points) means: the tight proven bound where it applies,
 #: else the certified saddle-point bound (mechanisms other than Gaussians and their mixtures, e.g. Laplace)
 DEFAULT_METHOD = "certified"
@@ -209,25 +211,51 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit, with_fallback):
     take."""
     static = {"method": info.name, "facts": facts}
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
-        jitted, fn = (plain_jit, plain) if info.fallback is None else (with_fallback_jit, with_fallback)
-        return program_cache.call(jitted, fn, args, static)
+        return (plain_jit if info.fallback is None else with_fallback_jit)(*args, **static)
+    keep = _jaxdp_code_only(info, args[0])
     if info.fallback is None:
-        return _staged(info, plain_jit, plain, args, static)
-    value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True})
-    if not bool(jnp.any(jnp.isnan(value))):
+        return _staged(info, plain_jit, plain, args, static, keep)
+    value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True}, keep=keep)
+    if not _any_nan(value):
         return value
-    backup = _staged(method_info(info.fallback), plain_jit, plain, args, {**static, "method": info.fallback})
+    backup = _staged(method_info(info.fallback), plain_jit, plain, args, {**static, "method": info.fallback}, keep)
     return jnp.where(jnp.isnan(value), backup, value)
 
 
-def _staged(info, jitted, fn, args, static):
+def _staged(info, jitted, fn, args, static, keep):
     """``jitted`` on concrete ``args``: a staged method's light program, and its full one where that is NaN."""
     if not info.staged:
-        return program_cache.call(jitted, fn, args, static)
-    light = program_cache.call(jitted, fn, args, {**static, "facts": dataclasses.replace(static["facts"], light=True)})
-    if not bool(jnp.any(jnp.isnan(light))):
+        return program_cache.call(jitted, fn, args, static, keep=keep)
+    light_static = {**static, "facts": dataclasses.replace(static["facts"], light=True)}
+    light = program_cache.call(jitted, fn, args, light_static, keep=keep)
+    if not _any_nan(light):
         return light
-    return jnp.where(jnp.isnan(light), program_cache.call(jitted, fn, args, static), light)
+    return jnp.where(jnp.isnan(light), program_cache.call(jitted, fn, args, static, keep=keep), light)
+
+
+def _jaxdp_code_only(info, comp) -> bool:
+    """Whether every line of the program is jaxdp's own: a built-in method on jaxdp's mechanisms.  Only such a
+    program may be kept on disk (``program_cache``'s key digests jaxdp's source, not a user's registered method
+    or mechanism class, which could change under an unchanged key)."""
+    return _BUILT_IN.get(info.name) is info and all(
+        type(m).__module__.startswith("jaxdp.") for m in comp.mechanisms
+    )
+
+
+def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
+    """:func:`epsilon_of_composition` of concrete inputs, run as the entry points run it (a staged method's light
+    program first, every program kept by ``program_cache``), in its internal form (no fallback, NaN unmapped): the
+    calibrators' host-side checks.  No validation (the caller's inputs are valid)."""
+    info = method_info(method)
+    comp = to_f64(as_composition(mechanism, num_steps))
+    args = (comp, jnp.asarray(delta, jnp.float64))
+    static = {"method": info.name, "facts": of_concrete(mechanism, num_steps)}
+    return float(_staged(info, _epsilon_jit, epsilon_of_composition, args, static, _jaxdp_code_only(info, comp)))
+
+
+def _any_nan(value) -> bool:
+    """On the host (numpy): a jnp reduction here would be a program of its own, compiled in every process."""
+    return bool(np.isnan(np.asarray(value)).any())
 
 
 _log_delta_jit = jax.jit(log_delta_of_composition, static_argnames=("method", "or_nan", "facts"))

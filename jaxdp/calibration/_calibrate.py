@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import math
 from collections.abc import Callable
 from typing import NamedTuple
@@ -50,6 +49,7 @@ from jaxdp.numerics import (
     float64_scope,
     implicit_root,
     nan_to,
+    program_cache,
     pytree_dataclass,
     safeguarded_newton,
     to_f64,
@@ -424,7 +424,10 @@ def _run(solved_for, batch, inputs, method, certify, **static):
     arrays = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in inputs.values()))
     shape = arrays[0].shape
     flat = tuple(a.reshape(-1) for a in arrays)
-    value, eps_e, eps_c, iters, status = _batch_jit(batch, flat, method=info.name, certify=cert, **static)
+    if cert is not None and _validate.is_concrete(flat):
+        value, eps_e, eps_c, iters, status = _host_certified(solved_for, batch, flat, info.name, cert, **static)
+    else:
+        value, eps_e, eps_c, iters, status = _run_batch(batch, flat, method=info.name, certify=cert, **static)
     known = dict(zip(inputs, arrays))
     known[solved_for] = value.reshape(shape)
     nan = jnp.asarray(jnp.nan, jnp.float64)
@@ -446,12 +449,22 @@ def _run(solved_for, batch, inputs, method, certify, **static):
     return result
 
 
-@functools.partial(jax.jit, static_argnames=("core", "method", "certify", "mechanism"))
-def _batch_jit(core, flat, *, method, certify, mechanism=None):
-    """``core`` over the flattened configurations, one after the other (each keeps its own
-    iteration counts and the certified accountant its cheap branches)."""
+def _batch(flat, *, core, method, certify, mechanism=None):
+    """``core`` (the name of a ``_*_core``) over the flattened configurations, one after the other (each keeps its
+    own iteration counts and the certified accountant its cheap branches)."""
     extra = {} if mechanism is None else {"mechanism": mechanism}
-    return jax.lax.map(lambda a: core(*a, method=method, certify=certify, **extra), flat)
+    fn = _CORES[core]
+    return jax.lax.map(lambda a: fn(*a, method=method, certify=certify, **extra), flat)
+
+
+_batch_jit = jax.jit(_batch, static_argnames=("core", "method", "certify", "mechanism"))
+
+
+def _run_batch(core, flat, *, method, certify, mechanism=None):
+    """:func:`_batch_jit`, kept on disk by ``program_cache`` for concrete inputs (not with a user's ``mechanism``
+    function: its code is not in the key)."""
+    static = {"core": core.__name__, "method": method, "certify": certify, "mechanism": mechanism}
+    return program_cache.call(_batch_jit, _batch, (flat,), static, keep=mechanism is None)
 
 
 def _certified_name(certify):  # (certify="evr" is handled before, by _evr_calibration)
@@ -459,6 +472,139 @@ def _certified_name(certify):  # (certify="evr" is handled before, by _evr_calib
     if not info.certified:
         raise ValueError(f"certify must name a certified method (e.g. 'certified'), got {certify!r}.")
     return info.name
+
+
+# -- host-staged certification (concrete inputs) ---------------------------------------------------
+
+#: ``certify=_HOST`` makes a core stop after the estimate's search and return :class:`_Search`
+_HOST = "<host>"
+
+
+class _Search(NamedTuple):
+    """The estimate's answer before certification: the (log) parameter or the whole count, its upper limit, the
+    search's iterations, whether the root lies below / above the range, and its last evaluation."""
+
+    x: jax.Array
+    hi: jax.Array
+    iterations: jax.Array
+    below: jax.Array
+    above: jax.Array
+    last: tuple
+
+
+def _search_of(x, hi, root: _Root) -> _Search:
+    return _Search(x, hi, root.iterations, root.below, root.above, jax.lax.stop_gradient(root.last))
+
+
+def _host_certified(solved_for, core, flat, method, certify, mechanism=None):
+    """A calibration of concrete inputs: the estimate's search as one compiled program (all configurations), then
+    the certification on the host, one configuration at a time, through the certified method's own entry point.
+
+    The certified program is the one a plain ``epsilon_for_delta`` query compiles (its light form first, see
+    ``accountants/_staging.py``), shared with every other query of the process and kept on disk by
+    ``program_cache``; in one program with the search it was compiled anew for every calibration, in full.  The
+    steps and decisions are those of :func:`_certify` and :func:`_largest_certified_count`, in float64 on the host.
+    """
+    extra = {} if mechanism is None else {"mechanism": mechanism}
+    search = jax.tree.map(np.asarray, _run_batch(core, flat, method=method, certify=_HOST, **extra))
+    inputs = [np.asarray(a) for a in flat]
+    rows = [_host_one(solved_for, [a[i] for a in inputs], jax.tree.map(lambda x, i=i: x[i], search), method, certify,
+                      mechanism) for i in range(len(inputs[0]))]
+    return tuple(jnp.asarray(np.array(col), dt) for col, dt in zip(zip(*rows), (jnp.float64,) * 3 + (jnp.int64,) * 2))
+
+
+def _host_one(solved_for, args, search: _Search, method, certify, mechanism):
+    target, delta = float(args[0]), float(args[1])
+
+    def epsilon(x, name):  # (x: the log parameter, or the count)
+        if solved_for == "noise_multiplier":
+            sampling_prob, num_steps = args[2], args[3]
+            mech = (mechanism or (lambda s: _psg_family(s, sampling_prob)))(math.exp(x))
+        elif solved_for == "sampling_prob":
+            mech, num_steps = PoissonSubsampledGaussian(args[2], math.exp(-x)), args[3]
+        else:
+            mech, num_steps = PoissonSubsampledGaussian(args[2], args[3]), x
+        eps = _accountant.epsilon_of_concrete(mech, num_steps=num_steps, delta=delta, method=name)
+        return math.inf if math.isnan(eps) else eps
+
+    below, above = bool(search.below), bool(search.above)
+    if solved_for == "num_steps":
+        count, eps_c, rounds, ok = _host_largest_count(lambda m: epsilon(m, certify), float(search.x), target,
+                                                       float(search.hi))
+        infeasible = below | (count < 1)
+        at_limit = ok & (count >= float(search.hi))
+        eps_e = _host_estimate_at(math.log(max(count, 1.0)), search.last, target,
+                                  lambda v: epsilon(math.exp(v), method))
+        value = math.nan if infeasible else count
+        return value, eps_e, eps_c, int(search.iterations) + rounds, _host_status(infeasible, ok, at_limit)
+    nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
+    x_c, eps_c, rounds, ok = _host_certify(lambda x: epsilon(x, certify), float(search.x), target, float(search.hi),
+                                           nudge)
+    eps_e = _host_estimate_at(x_c, search.last, target, lambda v: epsilon(v, method))
+    value = math.nan if above else (math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c))
+    return value, eps_e, eps_c, int(search.iterations) + rounds, _host_status(above, ok, below)
+
+
+def _host_status(infeasible, ok, at_limit):
+    return int(INFEASIBLE if infeasible else NOT_CERTIFIED if not ok else AT_LIMIT if at_limit else OK)
+
+
+def _host_gap(e, target):
+    """``gap`` of :func:`_certify` on the host: the log-gap, 1 for a non-finite epsilon."""
+    if not math.isfinite(e):
+        return 1.0
+    return (math.log(e) if e > 0 else -math.inf) - math.log(target)
+
+
+def _host_certify(eps_cert, x, target, max_x, nudge):
+    """:func:`_certify` on the host (the same steps)."""
+    xtol = max(CERTIFY_XTOL, nudge) + 1e-12
+    i, a, ga, b, eb, have_b = 0, x, 0.0, max_x, math.inf, False
+    while i < CERTIFY_ROUNDS and not (have_b and b - a <= xtol):
+        grow = a + max(1.5 * ga, nudge * 2.0**i)
+        gb = _host_gap(eb, target)
+        w = min(max(ga / (ga - gb if ga - gb > 0 else 1.0), 0.1), 0.9)  # secant, kept inside the bracket
+        x_new = a + w * (b - a) if have_b else (a + nudge if i == 0 else grow)
+        x_new = min(x_new, max_x)
+        e = eps_cert(x_new)
+        if e <= target:
+            b, eb, have_b = x_new, e, True
+        else:
+            a, ga = x_new, _host_gap(e, target)
+        i += 1
+    return b, eb, i, have_b
+
+
+def _host_largest_count(eps_cert, n, target, max_steps):
+    """:func:`_largest_certified_count` on the host (the same steps, numpy's float64 semantics for inf and NaN)."""
+    i, lo, e_lo, hi, e_hi = 0, 0.0, math.inf, max_steps + 1.0, math.inf
+    with np.errstate(all="ignore"):
+        while i < CERTIFY_ROUNDS and hi - lo > 1:
+            g_lo, g_hi = np.float64(_host_gap(e_lo, target)), np.float64(_host_gap(e_hi, target))
+            down = hi - np.maximum(1.0, np.ceil(-hi * np.expm1(-3.0 * g_hi)))
+            up = lo + np.maximum(1.0, np.ceil(lo * np.expm1(-3.0 * g_lo)))
+            w = -g_lo / (g_hi - g_lo)
+            w = w if np.isfinite(w) and math.isfinite(e_hi) else 0.5  # bisection where a gap is not measured
+            log_lo = np.log(max(lo, 1.0))
+            secant = np.floor(np.exp(log_lo + w * (np.log(hi) - log_lo)))
+            m = down if lo < 1 else (up if hi > max_steps else secant)
+            m = float(np.clip(n if i == 0 else m, lo + 1, hi - 1))
+            e = eps_cert(m)
+            if e <= target:
+                lo, e_lo = m, e
+            else:
+                hi, e_hi = m, e
+            i += 1
+    found = lo >= 1
+    count = lo if found else (0.0 if hi <= 1 else hi)
+    return count, (e_lo if found else e_hi), i, found
+
+
+def _host_estimate_at(u, last, target, direct):
+    """:func:`_estimate_at` on the host."""
+    x, g, slope, d_target = (float(v) for v in last)
+    linear = target - (g + slope * (u - x)) / d_target
+    return linear if abs(u - x) <= LINEAR_REACH and math.isfinite(linear) else direct(u)
 
 
 # -- noise multiplier -----------------------------------------------------------------------------
@@ -482,6 +628,8 @@ def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, c
     lo, hi = math.log(SIGMA_MIN), jnp.log(sigma_max)
     root = _solve(h, (target, log_delta, num_steps, sampling_prob), lo, hi, method)
     u = jnp.where(root.below, lo, root.u)
+    if certify == _HOST:
+        return _search_of(u, hi, root)
     u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, hi, root.below, method, certify)
     sigma = jnp.where(root.above, jnp.nan, jnp.exp(u_c))
     return sigma, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
@@ -595,6 +743,8 @@ def _q_core(target, delta, sigma, num_steps, *, method, certify):
     lo, hi = 0.0, -math.log(SAMPLING_PROB_MIN)
     root = _solve(h, (target, log_delta, num_steps, sigma), lo, hi, method)
     u = jnp.where(root.below, lo, root.u)  # below: q = 1 already fits
+    if certify == _HOST:
+        return _search_of(u, hi, root)
     u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, hi, root.below, method, certify)
     q = jnp.where(root.above, jnp.nan, jnp.exp(-u_c))
     return q, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
@@ -691,6 +841,8 @@ def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
     infeasible, at_max = root.below, root.above
     u = jax.lax.stop_gradient(root.u)  # an integer answer: no gradient
     n = jnp.where(at_max, max_steps, jnp.maximum(jnp.floor(jnp.exp(u) * (1 + 1e-12)), 1.0))
+    if certify == _HOST:
+        return _search_of(n, jnp.asarray(max_steps, jnp.float64), root)
 
     if certify is None:
         eps_c, rounds, ok, at_limit = jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True), at_max
@@ -910,3 +1062,6 @@ def calibrate(
     )
     value = float(objective(final.noise_multiplier, jnp.float64(q), jnp.float64(n)))
     return TradeoffResult(final, value, np.asarray(history))
+
+
+_CORES = {f.__name__: f for f in (_noise_core, _q_core, _steps_core)}

@@ -1,43 +1,82 @@
-"""Exported accountant programs kept on disk, so a warm process skips Python tracing and lowering.
+"""Compiled accountant programs kept on disk: each is compiled once per machine, not once per process.
 
-JAX's persistent compilation cache saves the XLA compile, but its key is the lowered program: every
-process still traces and lowers the accountant (about 15 s for ``certified`` on two cores) before it can
-look the executable up.  With a program cache directory set (:func:`enable`; the command line sets one
-beside its XLA cache), the first run of a (function, method, mechanism structure, shapes) exports the
-jitted program with :mod:`jax.export` and writes it; later processes deserialise it (milliseconds) and
-call it, and the XLA compile of the deserialised module is what the persistent cache holds.
+An entry point called on concrete values runs one jitted program per (function, method, mechanism structure,
+shapes).  Its first run in a process traces, lowers and compiles it (tens of seconds on two cores for the
+certified accountant).  This cache keeps the compiled executable itself
+(:mod:`jax.experimental.serialize_executable`) in a directory jaxdp owns, so a later process loads it in
+milliseconds and skips all three; the user's global JAX configuration (its own persistent cache) is not touched.
 
-The key covers the function, its static arguments, the argument structure, shapes and dtypes, the JAX
-version and a digest of jaxdp's own source files, so an edited or upgraded jaxdp never runs a stale program.
-Traced arguments (a user's ``jit``/``vmap``/``grad``) bypass the cache.
+The directory is ``$JAXDP_CACHE_DIR/programs`` (default ``$XDG_CACHE_HOME/jaxdp/xla/programs``, i.e.
+``~/.cache/jaxdp/xla/programs``, beside the command line's JAX cache); ``JAXDP_CACHE_DIR=off`` turns it off, and
+:func:`enable` sets it for this process.  The key covers the function, its static arguments, the argument
+structure, shapes and dtypes, the JAX and jaxlib versions, the device and its CPU, ``XLA_FLAGS`` and a digest of
+jaxdp's own source files: an edited or upgraded jaxdp, or another machine sharing the directory, never runs a
+stale program.  Traced arguments (a user's ``jit``/``vmap``/``grad``) bypass the cache.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import pathlib
+import pickle
+import platform
 import tempfile
+import threading
 
 import jax
 
-__all__ = ["call", "enable", "enabled"]
+__all__ = ["call", "compiled_here", "directory", "enable", "enabled", "forget_loaded"]
 
-_DIR: pathlib.Path | None = None
-_LOADED: dict = {}
+_UNSET = object()
+_DIR = _UNSET  # pathlib.Path, None (off) or _UNSET (read JAXDP_CACHE_DIR on first use)
+_LOADED: dict = {}  # key -> compiled program (or False: not serialisable here, the plain jit runs)
+_KEYS: dict = {}  # the cheap part of a key -> its digest
+_COMPILED_HERE = 0  # programs this process traced and compiled (not loaded)
+_NOTIFIED: set = set()
+_LOG = logging.getLogger("jaxdp")
 
 
 def enable(directory) -> None:
-    """Keeps exported programs under ``directory`` (``None`` turns the cache off)."""
+    """Keeps compiled programs under ``directory`` for this process (``None`` turns the cache off)."""
     global _DIR
     _DIR = None if directory is None else pathlib.Path(directory)
     if _DIR is not None:
         _DIR.mkdir(parents=True, exist_ok=True)
 
 
+def directory() -> pathlib.Path | None:
+    """Where compiled programs are kept (None: nowhere), from :func:`enable` or ``JAXDP_CACHE_DIR``."""
+    global _DIR
+    if _DIR is _UNSET:
+        where = os.environ.get("JAXDP_CACHE_DIR")
+        if where == "off":
+            _DIR = None
+        else:
+            if not where:
+                base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+                where = os.path.join(base, "jaxdp", "xla")
+            try:
+                enable(os.path.join(where, "programs"))
+            except OSError:  # a read-only home: every process compiles
+                _DIR = None
+    return _DIR
+
+
 def enabled() -> bool:
-    return _DIR is not None
+    return directory() is not None
+
+
+def compiled_here() -> int:
+    """How many programs this process has traced and compiled through the cache (loaded ones not counted)."""
+    return _COMPILED_HERE
+
+
+def forget_loaded() -> None:
+    """Drops the programs held in memory (the files stay): the next call reads them from disk again."""
+    _LOADED.clear()
 
 
 @functools.cache
@@ -50,56 +89,92 @@ def _source_digest() -> str:
     return h.hexdigest()
 
 
+@functools.cache
+def _machine() -> str:
+    """What an executable depends on beyond the program: versions, device, CPU features, XLA's flags."""
+    import jaxlib
+
+    device = jax.devices()[0]
+    cpu = ""
+    try:  # XLA:CPU compiles for the host's instruction set
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        cpu = platform.processor()
+    return repr(
+        (
+            jax.__version__,
+            jaxlib.__version__,
+            device.platform,
+            device.device_kind,
+            platform.machine(),
+            hashlib.sha256(cpu.encode()).hexdigest(),
+            os.environ.get("XLA_FLAGS", ""),
+        )
+    )
+
+
 def _key(fn, static, treedef, leaves) -> str:
-    parts = (
+    cheap = (
         fn.__module__,
         fn.__qualname__,
         tuple(sorted(static.items())),
-        str(treedef),
-        tuple((tuple(x.shape), str(x.dtype)) for x in leaves),
-        jax.__version__,
+        treedef,
+        tuple((x.shape, str(x.dtype)) for x in leaves),
         jax.config.jax_enable_x64,
-        _source_digest(),
     )
-    return hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    key = _KEYS.get(cheap)
+    if key is None:
+        parts = (*cheap[:3], str(treedef), *cheap[4:], _machine(), _source_digest())
+        key = _KEYS[cheap] = hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+    return key
 
 
-def _export(fn, static, treedef, leaves):
-    def flat(*xs):  # flat array arguments: custom pytree nodes need no serialisation rules
-        return fn(*jax.tree_util.tree_unflatten(treedef, xs), **static)
+def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True):
+    """``jitted(*args, **static)``, through a compiled program kept on disk when the cache is enabled.
 
-    shapes = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in leaves]
-    return jax.export.export(jax.jit(flat))(*shapes)
-
-
-def call(jitted, fn, args: tuple, static: dict):
-    """``jitted(*args, **static)``, through an exported program on disk when the cache is enabled."""
+    ``keep=False``: the plain jit (a program holding code the key does not cover: a user's registered method or
+    mechanism class)."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    if _DIR is None or any(isinstance(x, jax.core.Tracer) for x in leaves):
+    if not keep or any(isinstance(x, jax.core.Tracer) for x in leaves) or directory() is None:
         return jitted(*args, **static)
     leaves = [jax.numpy.asarray(x) for x in leaves]
     key = _key(fn, static, treedef, leaves)
-    exported = _LOADED.get(key)
-    if exported is None:
-        exported = _load_or_export(key, fn, static, treedef, leaves)
-        _LOADED[key] = exported
-    if exported is False:  # this program cannot be exported here: the plain jit
+    compiled = _LOADED.get(key)
+    if compiled is None:
+        compiled = _LOADED[key] = _load_or_compile(key, fn, static, treedef, leaves)
+    if compiled is False:  # this program cannot be kept here: the plain jit
         return jitted(*args, **static)
-    return exported.call(*leaves)
+    return compiled(*leaves)
 
 
-def _load_or_export(key, fn, static, treedef, leaves):
-    """The exported program (read, or exported and written), or False where export is unavailable."""
-    path = _DIR / f"{key}.jaxexport"
+def _flat(fn, static, treedef):
+    def flat(*xs):  # flat array arguments: the key, not a pickled tree, describes the structure
+        return fn(*jax.tree_util.tree_unflatten(treedef, xs), **static)
+
+    return flat
+
+
+def _load_or_compile(key, fn, static, treedef, leaves):
+    """The compiled program (read, or compiled and written), or False where it cannot be serialised."""
+    global _COMPILED_HERE
+    from jax.experimental import serialize_executable
+
+    path = _DIR / f"{key}.xla"
     try:
-        return jax.export.deserialize(bytearray(path.read_bytes()))
-    except Exception:  # missing, truncated or from another jaxlib: export afresh
+        payload, in_tree, out_tree = pickle.loads(path.read_bytes())
+        return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+    except Exception:  # missing, truncated or unreadable: compile afresh
         pass
+    _notify(static)
+    compiled, fresh = _compile(_flat(fn, static, treedef), leaves)
+    _COMPILED_HERE += 1
+    if not fresh:
+        return compiled
     try:
-        exported = _export(fn, static, treedef, leaves)
-        data = exported.serialize()  # (needs the optional flatbuffers package)
-    except Exception:  # an export limitation must never cost the answer
-        return False
+        data = pickle.dumps(serialize_executable.serialize(compiled))
+    except Exception:  # a backend that cannot serialise: this process keeps the program in memory
+        return compiled
     try:  # written atomically: a concurrent reader never sees half a file
         fd, tmp = tempfile.mkstemp(dir=_DIR, suffix=".tmp")
         with os.fdopen(fd, "wb") as f:
@@ -107,4 +182,42 @@ def _load_or_export(key, fn, static, treedef, leaves):
         os.replace(tmp, path)
     except OSError:
         pass  # a read-only cache: the program still runs
-    return exported
+    return compiled
+
+
+_HITS = threading.local()
+
+
+def _count_hit(event, **kwargs):
+    if event == "/jax/compilation_cache/cache_hits":
+        _HITS.count = getattr(_HITS, "count", 0) + 1
+
+
+@functools.cache
+def _listen_for_hits() -> bool:
+    try:
+        jax.monitoring.register_event_listener(_count_hit)
+        return True
+    except Exception:  # no monitoring here: never serialise (see _compile)
+        return False
+
+
+def _compile(flat, leaves):
+    """``(compiled, fresh)``: ``fresh`` is False when the executable came from JAX's own persistent cache (a user's,
+    or the tests'): an XLA:CPU executable loaded from there serialises without its code ("Function ... not found"
+    when the copy runs), so only what this process compiled itself is kept."""
+    listening = _listen_for_hits()
+    before = getattr(_HITS, "count", 0)
+    compiled = jax.jit(flat).lower(*leaves).compile()
+    return compiled, listening and getattr(_HITS, "count", 0) == before
+
+
+def _notify(static) -> None:
+    """Says once per method and process that a program is being compiled (seconds to tens of seconds)."""
+    method = static.get("method")
+    if method is None or method in _NOTIFIED:
+        return
+    _NOTIFIED.add(method)
+    _LOG.warning(
+        "jaxdp: compiling the %r accountant for this mechanism (once per machine: kept in %s)", method, _DIR
+    )

@@ -33,12 +33,14 @@ class DpSgdPlan(NamedTuple):
     noise_multiplier_rdp: float
 
 
-def calibrate_dpsgd(*, target_epsilon, delta, num_examples: int, batch_size, epochs, certify="certified-fast"):
+def calibrate_dpsgd(*, target_epsilon, delta, num_examples: int, batch_size, epochs, certify="certified"):
     """The noise multiplier of a Poisson-sampled DP-SGD run from ``(target_epsilon, delta)``, epochs and batch size.
 
     ``q = batch_size / num_examples``, ``num_steps = round(epochs / q)``, and sigma is the smallest noise
     multiplier whose certified epsilon after ``num_steps`` steps is at most ``target_epsilon``
     (:func:`jaxdp.calibrate_noise_multiplier`).  The RDP-calibrated sigma of the same budget comes with it.
+    ``certify`` is by default the certified accountant :class:`~jaxdp.training.PrivacyTracker` reports with, so a
+    training run compiles one certified program (kept on disk for the next run: ``jaxdp.numerics.program_cache``).
 
     Raises:
       ValueError: for out-of-range arguments, or when the certified check cannot confirm the budget.
