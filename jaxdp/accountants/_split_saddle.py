@@ -661,8 +661,19 @@ def _one_jump_terms(comp, direction, shape, t, eps, split=SPLIT):
     return first - log_norm, second - log_norm
 
 
+_HERMITE = (
+    lambda z: 1.0,
+    lambda z: z,
+    lambda z: z * z - 1.0,
+    lambda z: z**3 - 3.0 * z,
+    lambda z: z**4 - 6.0 * z * z + 3.0,
+    lambda z: z**5 - 10.0 * z**3 + 15.0 * z,
+)
+
+
 def _hermite(k, z):
-    return [1.0, z, z * z - 1.0, z**3 - 3.0 * z, z**4 - 6.0 * z * z + 3.0, z**5 - 10.0 * z**3 + 15.0 * z][k]
+    """``He_k(z)`` (only the one asked for is traced)."""
+    return _HERMITE[k](z)
 
 
 def _log_j0(u):

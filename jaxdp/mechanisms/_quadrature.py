@@ -88,7 +88,7 @@ def _mode(lr, log_p, b):
     return jnp.where(lr >= 0, z_mm, 0.5 * (a + c))
 
 
-def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0):
+def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0, mode=None):
     """Midpoint nodes on the union of windows; returns ``(z, log_h)`` (``log_h`` per node).
 
     ``shift = 1/2`` gives the interleaved set (the other half of the rule of step ``h / 2``).  A component of
@@ -98,7 +98,7 @@ def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0):
     """
     k = b.shape[0]
     present = log_p > -jnp.inf
-    mode = _mode(lr, log_p, b)
+    mode = _mode(lr, log_p, b) if mode is None else mode
     # For lr < 0 the integrand is log-concave with curvature <= -1 around its
     # mode, so the component centres carry no mass: collapse them onto the mode
     # (zero-length segments) and spend all nodes on the mode and z = 0 windows.
@@ -144,19 +144,21 @@ def mixture_rule(
     half_width: float = HALF_WIDTH,
     shift: float = 0.0,
     moving_nodes: bool = False,
+    mode=None,
 ) -> MixtureRule:
     """Nodes, log-weights and ``log R`` values placed for exponent ``lam_real``.
 
     ``shift=0.5`` places the interleaved nodes (see :func:`checked_moments`).  ``moving_nodes``: the node
     positions and weights are differentiated too (where they follow the components' centres), so that the
     derivative is that of the rule's value itself, node motion included (for integrands the rule resolves
-    only to ~1e-5, whose derivative would otherwise miss that much).
+    only to ~1e-5, whose derivative would otherwise miss that much).  ``mode``: :func:`_mode` of the same
+    exponent when the caller has it (the two interleaved rules share it).
     """
     log_p = jnp.asarray(log_p)
     b = jnp.asarray(b)
     sg = (lambda v: v) if moving_nodes else jax.lax.stop_gradient
     lr = sg(jnp.asarray(lam_real))
-    z, log_h = _nodes(lr, jax.lax.stop_gradient(log_p), sg(b), nodes_per_window, half_width, shift)
+    z, log_h = _nodes(lr, jax.lax.stop_gradient(log_p), sg(b), nodes_per_window, half_width, shift, mode)
     z = sg(z)
     log_w = sg(log_h - 0.5 * z * z - 0.5 * LOG_2PI)
     log_r = _log_ratio(z, log_p, b)
@@ -283,7 +285,9 @@ def checked_moments(lam, sign, log_p, b, *, nodes_per_window: int = NODES_PER_WI
     a certified caller returns a vacuous bound.  Real ``lam`` only.
     """
     lr = jnp.real(jnp.asarray(lam))
-    kw = dict(nodes_per_window=nodes_per_window)
+    # the two rules place their windows at one mode (traced once)
+    mode = _mode(jax.lax.stop_gradient(lr), jax.lax.stop_gradient(jnp.asarray(log_p)), jax.lax.stop_gradient(b))
+    kw = dict(nodes_per_window=nodes_per_window, mode=mode)
     r1 = mixture_rule(lr, log_p, b, **kw)
     r2 = mixture_rule(lr, log_p, b, shift=0.5, **kw)
     m1 = _rule_moments(lr, sign, r1)
