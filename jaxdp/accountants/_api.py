@@ -321,9 +321,9 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
       num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
       method: accountant, one of :func:`available_methods`; by default (None) the tight proven
         upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
-        see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
-        CPU; ``"saddlepoint"`` (estimate) in ~10 s, ``"saddlepoint-delta2"`` and ``"rdp"`` (looser
-        bound) in a few.
+        see :func:`default_method`).  Its first call on a machine compiles (the times:
+        ``benchmarks/results/startup.md``), and the program is kept on disk for later processes
+        (``JAXDP_CACHE_DIR``, see the README).
         ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_delta`, which also gives its
         standard error and interval); it needs ``key`` and takes ``num_samples``.
       key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
@@ -369,9 +369,9 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
       num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
       method: accountant, one of :func:`available_methods`; by default (None) the tight proven
         upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
-        see :func:`default_method`).  Its first call in a process compiles for tens of seconds on a
-        CPU; ``"saddlepoint"`` (estimate) in ~10 s, ``"saddlepoint-delta2"`` and ``"rdp"`` (looser
-        bound) in a few.
+        see :func:`default_method`).  Its first call on a machine compiles (the times:
+        ``benchmarks/results/startup.md``), and the program is kept on disk for later processes
+        (``JAXDP_CACHE_DIR``, see the README).
         ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_epsilon` also gives its
         standard error and interval); it needs ``key`` and takes ``num_samples``.
       key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
