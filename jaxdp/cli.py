@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import os
 import sys
@@ -1121,6 +1122,10 @@ def _enable_compilation_cache():
 
 def main(argv=None) -> int:
     parser = build_parser()
+    # the library's compile notice is for a person at a terminal: piped, stderr keeps its one line per error
+    notices = logging.getLogger("jaxdp.compile")
+    was_disabled = notices.disabled
+    notices.disabled = was_disabled or not sys.stderr.isatty()
     try:
         args = parser.parse_args(argv)
         _enable_compilation_cache()
@@ -1129,6 +1134,8 @@ def main(argv=None) -> int:
         message = " ".join(str(err).split())
         print(f"jaxdp: error: {message}", file=sys.stderr)
         return 2
+    finally:
+        notices.disabled = was_disabled
     print(text)
     return 0
 

@@ -44,7 +44,7 @@ def test_one_program_per_structure_with_the_plain_answer(cache_dir):
 
 
 def test_a_compile_is_announced_once_per_method(cache_dir, caplog):
-    with caplog.at_level(logging.WARNING, logger="jaxdp"):
+    with caplog.at_level(logging.WARNING, logger="jaxdp.compile"):
         _program_cache._NOTIFIED.discard("exact")
         _eps(2.0)
         jaxdp.delta_for_epsilon(jaxdp.Gaussian(2.0), epsilon=1.0, num_steps=10, method="exact")  # another program
@@ -173,3 +173,16 @@ def test_a_program_from_jaxs_own_cache_is_not_copied(cache_dir, tmp_path):
             jax.config.update("jax_persistent_cache_min_compile_time_secs", previous[1])
     assert float(again) == float(first) == _eps_plain()
     assert not list(cache_dir.glob("*.xla"))  # (what JAX's cache supplied stays in memory)
+
+
+def test_the_command_line_keeps_its_stderr_to_errors_when_piped(cache_dir, capsys):
+    """Regression (cold CI): the compile notice reached the command line's stderr, whose contract is one line per
+    error, and broke the one-line checks of tests/test_cli.py on an empty cache.  Piped (not a terminal), the
+    command line keeps the notice off its stderr."""
+    from jaxdp.cli import main
+
+    _program_cache._NOTIFIED.discard("exact")
+    compiled = program_cache.compiled_here()
+    assert main("epsilon --sigma 2 --q 1 --steps 10 --delta 1e-6 --method exact --mechanism gaussian".split()) == 0
+    assert program_cache.compiled_here() == compiled + 1  # (it did compile)
+    assert capsys.readouterr().err == ""

@@ -36,7 +36,7 @@ _LOADED: dict = {}  # key -> compiled program (or False: not serialisable here, 
 _KEYS: dict = {}  # the cheap part of a key -> its digest
 _COMPILED_HERE = 0  # programs this process traced and compiled (not loaded)
 _NOTIFIED: set = set()
-_LOG = logging.getLogger("jaxdp")
+_LOG = logging.getLogger("jaxdp.compile")
 
 
 def enable(directory) -> None:
@@ -213,7 +213,8 @@ def _compile(flat, leaves):
 
 
 def _notify(static) -> None:
-    """Says once per method and process that a program is being compiled (seconds to tens of seconds)."""
+    """Says once per method and process that a program is being compiled (seconds to tens of seconds), on the
+    ``jaxdp.compile`` logger (stderr by default; the command line keeps it for a terminal)."""
     method = static.get("method")
     if method is None or method in _NOTIFIED:
         return
