@@ -18,10 +18,10 @@ import re
 
 #: (method, form) -> ops measured on 2026-11-28 (JAX 0.10.2)
 MEASURED = {
-    ("certified", "concrete"): 18_621,  # 21,134 before the cell masses' one path and the rules' shared mode
-    ("certified", "user_jit"): 24_778,  # 28,249 before
+    ("certified", "concrete"): 20_579,  # 21,134 before the rules' shared mode
+    ("certified", "user_jit"): 26_755,  # 28,249 before
     ("characteristic", "concrete"): 5_607,
-    ("characteristic", "user_jit"): 30_307,  # 33,778 before (its certified fallback shrank)
+    ("characteristic", "user_jit"): 32_284,  # 33,778 before (its certified fallback shrank)
     ("saddlepoint", "concrete"): 10_425,  # 11,625 before He_k traced alone
     ("saddlepoint", "user_jit"): 10_515,  # 11,715 before
     ("saddlepoint", "grad"): 41_474,  # 48,674 before

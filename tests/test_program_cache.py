@@ -186,3 +186,11 @@ def test_the_command_line_keeps_its_stderr_to_errors_when_piped(cache_dir, capsy
     assert main("epsilon --sigma 2 --q 1 --steps 10 --delta 1e-6 --method exact --mechanism gaussian".split()) == 0
     assert program_cache.compiled_here() == compiled + 1  # (it did compile)
     assert capsys.readouterr().err == ""
+
+
+def test_disable_jit_runs_the_plain_function(cache_dir):
+    """Regression: under ``jax.disable_jit`` (a user debugging), a concrete query ran the compiled program and
+    failed ("Disable jit is not supported in the AOT path"); it runs the plain function, with the same answer."""
+    ref = _eps(2.0)
+    with jax.disable_jit():
+        assert _eps(2.0) == pytest.approx(ref, rel=1e-12)

@@ -136,7 +136,10 @@ def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True):
     ``keep=False``: the plain jit (a program holding code the key does not cover: a user's registered method or
     mechanism class)."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
-    if not keep or any(isinstance(x, jax.core.Tracer) for x in leaves) or directory() is None:
+    # (under jax.disable_jit the plain function runs op by op, as the user asked; a compiled program cannot)
+    if not keep or jax.config.jax_disable_jit or any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return jitted(*args, **static)
+    if directory() is None:
         return jitted(*args, **static)
     leaves = [jax.numpy.asarray(x) for x in leaves]
     key = _key(fn, static, treedef, leaves)

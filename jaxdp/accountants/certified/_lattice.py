@@ -174,18 +174,16 @@ def _interval_log_masses(edges, log_p, c, s):
     mix = jnp.where(empty, _NEG, r + jnp.log(scaled) + log_w)
     gauss = jnp.where(empty, _NEG, -0.5 * m0_g * m0_g + jnp.log1p(mean_factor(m0_g, w_g, _FAST_ORDER)) + log_w)
 
-    # the bad cells in chunks of _BAD_CELLS (usually one): one traced copy of the log-space sum, however many
-    rank = jnp.cumsum(bad) - 1  # (a cond between this and the sum over every cell compiled both)
-
-    def chunk(state):
-        k, mix, gauss = state
-        take = bad & (rank >= k * _BAD_CELLS)
-        idx = jnp.nonzero(take, size=_BAD_CELLS, fill_value=bad.shape[0])[0].astype(jnp.int32)  # see _boundary.py
+    def gathered(mix, gauss):
+        idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0].astype(jnp.int32)  # see _boundary.py
         mix_b, gauss_b = _exact_log_masses(jnp.take(xa, idx, mode="clip"), jnp.take(xb, idx, mode="clip"), log_p, c, s)
-        return k + 1, mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
+        return mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
 
-    chunks = (jnp.sum(bad) + _BAD_CELLS - 1) // _BAD_CELLS
-    _, mix, gauss = jax.lax.while_loop(lambda state: state[0] < chunks, chunk, (jnp.int32(0), mix, gauss))
+    def everywhere(mix, gauss):
+        mix_e, gauss_e = _exact_log_masses(xa, xb, log_p, c, s)
+        return jnp.where(bad, mix_e, mix), jnp.where(bad, gauss_e, gauss)
+
+    mix, gauss = jax.lax.cond(jnp.sum(bad) <= _BAD_CELLS, gathered, everywhere, mix, gauss)
     mix = jnp.maximum(mix, _NEG)
     gauss = jnp.maximum(gauss, _NEG)
     # relative error bounds: the linear sum (K terms of a few ulp of their exponents), or the log-space sum
