@@ -203,7 +203,7 @@ log_delta_with_fallback = _with_fallback(log_delta_of_composition, "epsilon")
 epsilon_with_fallback = _with_fallback(epsilon_of_composition, "delta")
 
 
-def _run(info, facts, args, plain_jit, plain, with_fallback_jit, with_fallback):
+def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
     """Runs an entry point's program.  Traced inputs get one program (with a fallback, the cond).  Concrete
     ones get the method alone first (a staged method's light program, see ``_staging``), and the fallback's
     program or the full one only where needed (compiled only then).  Where the step counts are concrete (also
@@ -307,7 +307,6 @@ def _log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | Non
         _log_delta_jit,
         log_delta_of_composition,
         _log_delta_fallback_jit,
-        log_delta_with_fallback,
     )
 
 
@@ -409,7 +408,7 @@ def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
     _validate.open_unit("delta", delta)
     info, comp, facts = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(delta, jnp.float64))
-    return _run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit, epsilon_with_fallback)
+    return _run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit)
 
 
 def _renyi_impl(comp: Composition, orders):

@@ -505,8 +505,7 @@ def _host_certified(solved_for, core, flat, method, certify, mechanism=None):
     ``program_cache``; in one program with the search it was compiled anew for every calibration, in full.  The
     steps and decisions are those of :func:`_certify` and :func:`_largest_certified_count`, in float64 on the host.
     """
-    extra = {} if mechanism is None else {"mechanism": mechanism}
-    search = jax.tree.map(np.asarray, _run_batch(core, flat, method=method, certify=_HOST, **extra))
+    search = jax.tree.map(np.asarray, _run_batch(core, flat, method=method, certify=_HOST, mechanism=mechanism))
     inputs = [np.asarray(a) for a in flat]
     rows = [_host_one(solved_for, [a[i] for a in inputs], jax.tree.map(lambda x, i=i: x[i], search), method, certify,
                       mechanism) for i in range(len(inputs[0]))]

@@ -32,7 +32,7 @@ __all__ = ["call", "compiled_here", "directory", "enable", "enabled", "forget_lo
 
 _UNSET = object()
 _DIR = _UNSET  # pathlib.Path, None (off) or _UNSET (read JAXDP_CACHE_DIR on first use)
-_LOADED: dict = {}  # key -> compiled program (or False: not serialisable here, the plain jit runs)
+_LOADED: dict = {}  # key -> compiled program
 _KEYS: dict = {}  # the cheap part of a key -> its digest
 _COMPILED_HERE = 0  # programs this process traced and compiled (not loaded)
 _NOTIFIED: set = set()
@@ -137,17 +137,14 @@ def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True):
     mechanism class)."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
     # (under jax.disable_jit the plain function runs op by op, as the user asked; a compiled program cannot)
-    if not keep or jax.config.jax_disable_jit or any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return jitted(*args, **static)
-    if directory() is None:
+    traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
+    if not keep or traced or jax.config.jax_disable_jit or directory() is None:
         return jitted(*args, **static)
     leaves = [jax.numpy.asarray(x) for x in leaves]
     key = _key(fn, static, treedef, leaves)
     compiled = _LOADED.get(key)
     if compiled is None:
         compiled = _LOADED[key] = _load_or_compile(key, fn, static, treedef, leaves)
-    if compiled is False:  # this program cannot be kept here: the plain jit
-        return jitted(*args, **static)
     return compiled(*leaves)
 
 
@@ -159,7 +156,7 @@ def _flat(fn, static, treedef):
 
 
 def _load_or_compile(key, fn, static, treedef, leaves):
-    """The compiled program (read, or compiled and written), or False where it cannot be serialised."""
+    """The compiled program: read, or compiled and written (kept in memory only where it cannot be serialised)."""
     global _COMPILED_HERE
     from jax.experimental import serialize_executable
 
