@@ -18,16 +18,16 @@ import re
 
 #: (method, form) -> ops measured on 2026-11-28 (JAX 0.10.2)
 MEASURED = {
-    ("certified", "concrete"): 20_579,  # 21,134 before the rules' shared mode
-    ("certified", "user_jit"): 26_755,  # 28,249 before
-    ("characteristic", "concrete"): 5_607,
-    ("characteristic", "user_jit"): 32_284,  # 33,778 before (its certified fallback shrank)
-    ("saddlepoint", "concrete"): 10_425,  # 11,625 before He_k traced alone
-    ("saddlepoint", "user_jit"): 10_515,  # 11,715 before
-    ("saddlepoint", "grad"): 41_474,  # 48,674 before
-    ("rdp", "concrete"): 4_275,  # 5,165 before the rules' shared mode
-    ("rdp", "user_jit"): 5_322,  # 6,247 before
-    ("rdp", "grad"): 10_556,  # 11,481 before
+    ("certified", "concrete"): 16_593,
+    ("certified", "user_jit"): 22_719,
+    ("characteristic", "concrete"): 5_055,
+    ("characteristic", "user_jit"): 27_779,
+    ("saddlepoint", "concrete"): 8_801,
+    ("saddlepoint", "user_jit"): 8_891,
+    ("saddlepoint", "grad"): 27_802,
+    ("rdp", "concrete"): 4_275,
+    ("rdp", "user_jit"): 5_322,
+    ("rdp", "grad"): 10_556,
 }
 
 #: the ceilings: 3 % above the measurement

@@ -294,6 +294,29 @@ def test_interval_masses_within_their_error_bounds(path, monkeypatch):
             assert err < (1e-12 if 45 <= j < len(xa) - 1 else 1e-9)  # a bound that means something
 
 
+@pytest.mark.parametrize("few", [True, False])
+def test_wide_cells_loop_has_the_derivative_of_its_values(few, monkeypatch):
+    """The wide cells' log-space masses run as one loop over chunks (one traced copy); a loop of data-dependent
+    length has no reverse-mode derivative, so a custom rule supplies it.  Regression: that rule's derivative
+    (reverse mode, in the mixture's sigma) against central differences of the loop's own values, with the wide
+    cells in one chunk and in many."""
+    if not few:
+        monkeypatch.setattr(_lattice, "_BAD_CELLS", 4)
+    log_p, c, _ = jaxdp.MixtureOfGaussians.poisson_group(1.3, 0.05, 4).mixture()
+    edges = np.concatenate([np.linspace(-9.0, -1.05, 40), np.linspace(-1.0, 3.0, 2000)])
+    with x64():
+        edges, log_p, c = jnp.asarray(edges), jnp.asarray(log_p), jnp.asarray(c)
+
+        def total(s):  # the wide cells at the low end, weighted so that no cell's error cancels another's
+            mix, gauss, _, _ = _lattice._interval_log_masses(edges, log_p, c, s)
+            return jnp.sum(jnp.exp(mix[:39]) * jnp.arange(1.0, 40.0)) + jnp.sum(jnp.exp(gauss[:39]))
+
+        got = float(jax.jit(jax.grad(total))(1.3))
+        h = 1e-5
+        want = (float(total(1.3 + h)) - float(total(1.3 - h))) / (2 * h)
+    assert got == pytest.approx(want, rel=1e-6)
+
+
 _LOG_DELTA_EST = math.log(1e-6)
 
 

@@ -103,6 +103,21 @@ def test_sampler_moments_match_cgf_derivatives(name, direction):
     assert abs(w.mean() - 1.0) < 5 * w.std() / np.sqrt(n)
 
 
+@pytest.mark.parametrize("name", ["psg", "mog"])  # (the others' are the default: that differentiation itself)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_cgf_derivatives_are_those_of_the_cgf(name, direction):
+    """``cgf_derivatives`` (a mixture: the tilted mean and variance on one rule's nodes) equals differentiating
+    ``cgf`` (self-consistency of two formulations of one quadrature; the sampler test above checks ``cgf``'s
+    derivatives against samples)."""
+    m = MECHANISMS[name]()
+    with x64():
+        ts = jnp.asarray([0.05, 0.7, 3.0, 11.0], jnp.float64)
+        got = np.asarray(jax.vmap(lambda t: jnp.stack(m.cgf_derivatives(t, direction)))(ts))
+        k = lambda t: m.cgf(t, direction)  # noqa: E731
+        want = np.asarray(jax.vmap(lambda t: jnp.stack([k(t), jax.grad(k)(t), jax.grad(jax.grad(k))(t)]))(ts))
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-14)
+
+
 @pytest.mark.parametrize("alpha", [1.5, 2.0, 7.5, 32.0])
 def test_renyi_divergence_matches_mpmath(alpha):
     m = jaxdp.PoissonSubsampledGaussian(0.7, 0.02)

@@ -40,12 +40,13 @@ _BUMP_BANDWIDTH = 9.0
 
 
 def k01(comp, direction, t):
-    return jax.jvp(lambda s: comp.cgf(s, direction), (t,), (jnp.ones_like(t),))
+    """``(K(t), K'(t))`` (:meth:`~jaxdp.mechanisms.AbstractMechanism.cgf_derivatives`)."""
+    return k012(comp, direction, t)[:2]
 
 
 def k012(comp, direction, t):
-    (k0, k1), (_, k2) = jax.jvp(lambda s: k01(comp, direction, s), (t,), (jnp.ones_like(t),))
-    return k0, k1, k2
+    """``(K(t), K'(t), K''(t))``: one traced quadrature per mixture, not one per derivative."""
+    return comp.cgf_derivatives(t, direction)
 
 
 def gaussian_mu2_of(comp):
@@ -99,10 +100,11 @@ def log_deltas(k0, k1, k2, t, epsilon):
     a = k1 - epsilon
     s = jnp.sqrt(k2)
 
-    def log_term(c):  # log E[exp(-c U) 1{U > 0}], U ~ N(a, k2)
-        return -c * a + 0.5 * c * c * k2 + log_ndtr((a - c * k2) / s)
-
-    log_e = log_sub_exp(log_term(t), log_term(t + 1.0))
+    # log E[exp(-c U) 1{U > 0}], U ~ N(a, k2), at c = t and t + 1 in one call (one traced ``log Phi``)
+    t_b = jnp.broadcast_arrays(t, a, k2)[0]
+    c = jnp.stack([t_b, t_b + 1.0])
+    log_t, log_u = -c * a + 0.5 * c * c * k2 + log_ndtr((a - c * k2) / s)
+    log_e = log_sub_exp(log_t, log_u)
     base = k0 - epsilon * t
     log_d2 = base + log_e
     log_d1 = base - 0.5 * jnp.log(2.0 * math.pi * (t * t * (1.0 + t) ** 2 * k2 + t * t + (1.0 + t) ** 2))

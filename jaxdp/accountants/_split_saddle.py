@@ -728,8 +728,8 @@ def _standardised(kappa, eps):
 def _log_gauss_term(k0, kappa, t, eps):
     """The Gaussian (zeroth-order) part of :func:`_log_terms`, without the correction ratios (cheap)."""
     _, s, z0 = _standardised(kappa, eps)
-    u_t, u_u = z0 + t * s, z0 + (t + 1.0) * s
-    lj_t, lj_u = _log_j0(u_t), _log_j0(u_u)
+    # both tilts in one call (one traced ``log Phi``, not two)
+    lj_t, lj_u = _log_j0(jnp.stack(jnp.broadcast_arrays(z0 + t * s, z0 + (t + 1.0) * s)))
     return k0 - t * eps - 0.5 * z0 * z0 - 0.5 * math.log(2.0 * math.pi) + log_sub_exp(lj_t, lj_u)
 
 
@@ -739,8 +739,11 @@ def _log_terms(k0, kappa, t, eps):
     k3, k4 = kappa[..., 2], kappa[..., 3]
     k2, s, z0 = _standardised(kappa, eps)
     g1, g2 = k3 / (s * k2), k4 / (k2 * k2)
-    lj_t, rt = _ratios(z0, t * s)
-    lj_u, ru = _ratios(z0, (t + 1.0) * s)
+    # both tilts in one call (the ratios and their ``log Phi`` traced once)
+    z_b, a_t, a_u = jnp.broadcast_arrays(z0, t * s, (t + 1.0) * s)
+    log_j0, ratios = _ratios(jnp.stack([z_b, z_b]), jnp.stack([a_t, a_u]))
+    lj_t, lj_u = log_j0
+    rt, ru = [r[0] for r in ratios], [r[1] for r in ratios]
     # Gaussian part: phi(z0) (J0(t) - J0(t + 1)), then the correction ratios relative to it
     log_gauss = -0.5 * z0 * z0 - 0.5 * math.log(2.0 * math.pi) + log_sub_exp(lj_t, lj_u)
     w = jnp.exp(lj_u - lj_t)  # J0(t + 1) / J0(t) < 1

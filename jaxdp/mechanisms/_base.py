@@ -145,6 +145,20 @@ class AbstractMechanism:
         """Cumulant generating function ``K(t) = log E_P[exp(t L)]``."""
         raise NotImplementedError
 
+    def cgf_derivatives(self, t, direction: str = "remove"):
+        """``(K(t), K'(t), K''(t))`` at real ``t``.
+
+        By default by forward-mode differentiation of :meth:`cgf`; a mechanism whose ``K`` is a quadrature
+        gives all three from one rule (the tilted mean and variance of the loss on its nodes), so that an
+        accountant traces the rule once, not once per derivative.
+        """
+
+        def k01(s):
+            return jax.jvp(lambda v: self.cgf(v, direction), (s,), (jnp.ones_like(s),))
+
+        (k0, k1), (_, k2) = jax.jvp(k01, (t,), (jnp.ones_like(t),))
+        return k0, k1, k2
+
     def privacy_loss(self, x, direction: str = "remove"):
         """Privacy loss ``log P(x) / Q(x)`` at output ``x``."""
         raise NotImplementedError

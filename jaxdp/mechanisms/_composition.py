@@ -258,6 +258,16 @@ class Composition(AbstractMechanism):
         _check_direction(direction)
         return self._count_weighted(lambda m: m.cgf(t, direction))
 
+    def cgf_derivatives(self, t, direction="remove"):
+        _check_direction(direction)
+        t = _f64(t)
+        zero = jnp.zeros_like(t)
+
+        def body(acc, m, n):
+            return tuple(a + n * v for a, v in zip(acc, m.cgf_derivatives(t, direction)))
+
+        return scan_parts(self, body, (zero, zero, zero))
+
     def gaussian_mu2(self):
         return self._count_weighted(lambda m: m.gaussian_mu2())
 

@@ -61,6 +61,20 @@ class MixtureMechanism(AbstractMechanism):
         lam = by_direction(direction, 1.0 + t, -t)
         return rule_log_moment(lam, self._rule(lam, direction))
 
+    def cgf_derivatives(self, t, direction="remove"):
+        # K from the rule; K' and K'' the mean and variance of the loss under the tilted weights R^lam w on the
+        # same nodes: what forward-mode differentiation of ``cgf`` gives (the nodes are held fixed there too),
+        # from one traced rule instead of three nested copies
+        _check_direction(direction)
+        t = jnp.asarray(t)
+        lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
+        rule = self._rule(lam, direction)
+        pi = jax.nn.softmax(lam * rule.log_r + rule.log_w)
+        ell = sign * rule.log_r
+        k1 = jnp.sum(pi * ell)
+        k2 = jnp.sum(pi * (ell - k1) ** 2)
+        return rule_log_moment(lam, rule), k1, k2
+
     def gaussian_mu2(self):
         # E_Q[R^2] = sum_jk p_j p_k exp(b_j b_k) (integer order: no quadrature)
         log_p, c, s = self.mixture()

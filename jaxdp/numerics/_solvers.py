@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 import jax.extend
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp.numerics._logspace import argmin, nan_to
 
@@ -305,6 +306,13 @@ def with_slope(g):
     return vsa
 
 
+def _zero_tangent(t):
+    """A zero tangent like ``t`` (``float0`` stays ``float0``: the tangent of an integer)."""
+    if t.dtype == jax.dtypes.float0:
+        return np.zeros(t.shape, jax.dtypes.float0)
+    return jnp.zeros_like(t)
+
+
 def implicit_root(h, method, u_star, params):
     """``u_star`` carrying the implicit derivative of the root of ``h(., method, params)``.
 
@@ -322,8 +330,11 @@ def implicit_root(h, method, u_star, params):
     def root_jvp(primals, tangents):
         u, p = primals
         _, p_dot = tangents
-        slope = jax.jvp(lambda v: h(v, method, p), (u,), (jnp.ones_like(u),))[1]
-        dh = jax.jvp(lambda pp: h(u, method, pp), (p,), (p_dot,))[1]
+        # one linearisation for both directions: ``h`` (the costly evaluation) is traced once, not once a jvp
+        _, lin = jax.linearize(lambda v, pp: h(v, method, pp), u, p)
+        zero_p = jax.tree.map(_zero_tangent, p_dot)
+        slope = lin(jnp.ones_like(u), zero_p)
+        dh = lin(jnp.zeros_like(u), p_dot)
         safe = jnp.isfinite(slope) & (slope != 0)
         return u, jnp.where(safe, -dh / jnp.where(safe, slope, 1.0), 0.0)
 

@@ -53,8 +53,8 @@ def log_interval(a, b, w, m):
     narrow_val = -0.5 * m_n * m_n - 0.5 * math.log(2.0 * math.pi) + jnp.log(w_n) + jnp.log1p(mean_factor(m_n, w_n))
     a_w = jnp.where(narrow, -1.0, a)
     b_w = jnp.where(narrow, 0.0, b)
-    lb = log_ndtr(b_w)
-    wide_val = lb + log1mexp(jnp.minimum(log_ndtr(a_w) - lb, 0.0))
+    lb, la = log_ndtr(jnp.stack(jnp.broadcast_arrays(b_w, a_w)))  # (one traced log Phi for both ends)
+    wide_val = lb + log1mexp(jnp.minimum(la - lb, 0.0))
     out = jnp.where(narrow, narrow_val, wide_val)
     return jnp.where(empty, -jnp.inf, out)
 

@@ -34,7 +34,7 @@ from jaxdp.mechanisms import (
     scaled_exps,
     segment,
 )
-from jaxdp.numerics import argmax, log_normal_mass, mean_factor
+from jaxdp.numerics import argmax, keep_x64_mode, log_normal_mass, mean_factor
 
 
 def _mixture_of(mech):
@@ -105,12 +105,19 @@ def _loss_range(log_p, c, s, direction, z=Z_TAIL):
 def _exact_log_masses(xa, xb, log_p, c, s):
     """Log masses of ``[xa, xb]`` under the mixture and under ``N(0, s^2)``, component by component in log space."""
 
+    # one scan over the components and then N(0, s^2) (the last step): one traced copy of the interval mass
     def body(acc, comp):
-        lp, ci = comp
-        return jnp.logaddexp(acc, lp + jnp.maximum(log_normal_mass(xa, xb, ci, s), _NEG)), None
+        mix, gauss = acc
+        lp, ci, last = comp
+        lm = jnp.maximum(log_normal_mass(xa, xb, ci, s), _NEG)
+        return (jnp.where(last, mix, jnp.logaddexp(mix, lp + lm)), jnp.where(last, lm, gauss)), None
 
-    mix, _ = jax.lax.scan(body, jnp.full(xa.shape, _NEG), (jnp.maximum(log_p, _NEG), c))
-    return mix, jnp.maximum(log_normal_mass(xa, xb, 0.0, s), _NEG)
+    k = log_p.shape[0]
+    lps = jnp.concatenate([jnp.maximum(log_p, _NEG), jnp.zeros(1, log_p.dtype)])
+    cs = jnp.concatenate([c, jnp.zeros(1, jnp.result_type(c))])
+    neg = jnp.full(xa.shape, _NEG)
+    (mix, gauss), _ = jax.lax.scan(body, (neg, neg), (lps, cs, jnp.arange(k + 1) == k))
+    return mix, gauss
 
 
 def _linear_mixture_sum(factor, x, lp, c, inv_s):
@@ -133,6 +140,53 @@ def _linear_mixture_sum(factor, x, lp, c, inv_s):
 
     (r, total), _ = jax.lax.scan(body, (jnp.full(x.shape, 2 * _NEG), jnp.zeros(x.shape)), (lp, c))
     return r, total
+
+
+def _gathered_cells(xa, xb, idx, mix, gauss, log_p, c, s):
+    """``(mix, gauss)`` with the log-space masses of the cells ``idx`` (out-of-range indices: none)."""
+    mix_b, gauss_b = _exact_log_masses(jnp.take(xa, idx, mode="clip"), jnp.take(xb, idx, mode="clip"), log_p, c, s)
+    return mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
+
+
+def _wide_cells(xa, xb, bad, mix, gauss, log_p, c, s):
+    """``(mix, gauss)`` with the log-space masses of :func:`_exact_log_masses` in the ``bad`` cells.
+
+    Computed in chunks of ``_BAD_CELLS`` gathered cells (usually one chunk) through one loop: one traced copy of
+    the log-space sum.  A ``while_loop`` of data-dependent length has no reverse-mode derivative, so the
+    derivative (a ``custom_jvp``, traced only where one is asked for) is that of the same values computed as a
+    ``cond`` between the gathered cells and every cell."""
+
+    def by_cond(xa, xb, bad, mix, gauss, log_p, c, s):
+        def gathered(mix, gauss):
+            idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0].astype(jnp.int32)  # _boundary.py
+            return _gathered_cells(xa, xb, idx, mix, gauss, log_p, c, s)
+
+        def everywhere(mix, gauss):
+            mix_e, gauss_e = _exact_log_masses(xa, xb, log_p, c, s)
+            return jnp.where(bad, mix_e, mix), jnp.where(bad, gauss_e, gauss)
+
+        return jax.lax.cond(jnp.sum(bad) <= _BAD_CELLS, gathered, everywhere, mix, gauss)
+
+    @jax.custom_jvp
+    def chunked(xa, xb, bad, mix, gauss, log_p, c, s):
+        rank = jnp.cumsum(bad) - 1
+
+        def chunk(state):
+            k, mix, gauss = state
+            take = bad & (rank >= k * _BAD_CELLS)
+            idx = jnp.nonzero(take, size=_BAD_CELLS, fill_value=bad.shape[0])[0].astype(jnp.int32)
+            return (k + 1, *_gathered_cells(xa, xb, idx, mix, gauss, log_p, c, s))
+
+        chunks = (jnp.sum(bad) + _BAD_CELLS - 1) // _BAD_CELLS
+        _, mix, gauss = jax.lax.while_loop(lambda state: state[0] < chunks, chunk, (jnp.int32(0), mix, gauss))
+        return mix, gauss
+
+    @chunked.defjvp
+    @keep_x64_mode
+    def _jvp(primals, tangents):
+        return jax.jvp(by_cond, primals, tangents)
+
+    return chunked(xa, xb, bad, mix, gauss, log_p, c, s)
 
 
 def _interval_log_masses(edges, log_p, c, s):
@@ -174,16 +228,7 @@ def _interval_log_masses(edges, log_p, c, s):
     mix = jnp.where(empty, _NEG, r + jnp.log(scaled) + log_w)
     gauss = jnp.where(empty, _NEG, -0.5 * m0_g * m0_g + jnp.log1p(mean_factor(m0_g, w_g, _FAST_ORDER)) + log_w)
 
-    def gathered(mix, gauss):
-        idx = jnp.nonzero(bad, size=_BAD_CELLS, fill_value=bad.shape[0])[0].astype(jnp.int32)  # see _boundary.py
-        mix_b, gauss_b = _exact_log_masses(jnp.take(xa, idx, mode="clip"), jnp.take(xb, idx, mode="clip"), log_p, c, s)
-        return mix.at[idx].set(mix_b, mode="drop"), gauss.at[idx].set(gauss_b, mode="drop")
-
-    def everywhere(mix, gauss):
-        mix_e, gauss_e = _exact_log_masses(xa, xb, log_p, c, s)
-        return jnp.where(bad, mix_e, mix), jnp.where(bad, gauss_e, gauss)
-
-    mix, gauss = jax.lax.cond(jnp.sum(bad) <= _BAD_CELLS, gathered, everywhere, mix, gauss)
+    mix, gauss = _wide_cells(xa, xb, bad, mix, gauss, log_p, c, s)
     mix = jnp.maximum(mix, _NEG)
     gauss = jnp.maximum(gauss, _NEG)
     # relative error bounds: the linear sum (K terms of a few ulp of their exponents), or the log-space sum
