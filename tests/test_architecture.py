@@ -240,6 +240,45 @@ def test_a_staged_method_compiles_its_rare_branch_only_where_concrete_inputs_tak
     assert not any(f.light for f in traced[2:])  # (the full program again, or its cached trace)
 
 
+def test_a_staged_epsilon_runs_its_first_pass_alone_then_the_light_program(monkeypatch):
+    """For epsilon the tiers are three (``Facts.first_pass``: the certified search without its second pass, then
+    ``Facts.light``, then the full program), each compiled only where the lighter one answered NaN; delta has no
+    first-pass tier (its program would be the light one again)."""
+    from jaxdp.accountants._staging import assumed
+
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    traced = []
+
+    def epsilon(comp, direction, log_delta):
+        facts = assumed()
+        traced.append((facts.first_pass, facts.light))
+        full = _chernoff_epsilon(comp, direction, log_delta)
+        second = comp.gaussian_mu2() > 0.5  # (stands for "pass 2 is needed": sigma < ~1.4 here)
+        return jnp.where(second, jnp.nan, full) if facts.first_pass else full
+
+    def log_delta(comp, direction, epsilon):
+        facts = assumed()
+        traced.append((facts.first_pass, facts.light))
+        return _chernoff_log_delta(comp, direction, epsilon)
+
+    jaxdp.register_method(
+        jaxdp.MethodInfo("toy-two-pass", certified=True, description="", log_delta=log_delta,
+                         epsilon=epsilon, supports=_gaussian_only, staged=True)
+    )
+    with jax.enable_x64(True):
+        want = {s: float(_chernoff_epsilon(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", math.log(1e-5)))
+                for s in (2.0, 1.0)}
+    assert float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(2.0), delta=1e-5, method="toy-two-pass")) == pytest.approx(
+        want[2.0], rel=1e-12)
+    assert traced == [(True, True)]
+    got = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(1.0), delta=1e-5, method="toy-two-pass"))
+    assert got == pytest.approx(want[1.0], rel=1e-12)  # the light program's answer where the first pass is NaN
+    assert traced == [(True, True), (False, True)]
+    traced.clear()
+    jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=1.0, method="toy-two-pass")
+    assert traced == [(False, True)]
+
+
 def test_register_method_rejects_bad_infos():
     with pytest.raises(TypeError):
         jaxdp.register_method("rdp")

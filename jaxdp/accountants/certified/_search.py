@@ -192,29 +192,42 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     eps0 = jnp.where(jnp.isfinite(eps0), eps0, jax.lax.stop_gradient(jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0)))
     t0 = _cgf.saddle_point(comp, direction, eps0)
 
-    # Two passes of one traced solve: pass 1 at the saddle point of the estimate; pass 2, only where pass 1
-    # failed or its root landed far from the estimate, at the tilt the coarse search ranks best.
-    def one_pass(eps1, first):
+    def solve_or_inf(t, eps_ref):
+        run = jnp.isfinite(t)
+        return jax.lax.cond(
+            run,
+            lambda tt, e: nan_to(solve(tt, e), jnp.inf),
+            lambda tt, e: jnp.asarray(jnp.inf, jnp.float64),
+            jnp.where(run, t, 1.0),
+            eps_ref,
+        )
+
+    def second_pass_needed(eps1):
         best = jnp.minimum(eps1, eps_sp)
         ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, eps0))
         far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
-        need = first | far | ~jnp.isfinite(eps1)
+        return far | ~jnp.isfinite(eps1), ref
+
+    if assumed().first_pass:
+        # pass 1 alone (a program without the coarse search); NaN where pass 2 would run: the caller then runs
+        # the program with both (see _staging)
+        eps1 = solve_or_inf(t0, eps0)
+        need, _ = second_pass_needed(eps1)
+        best = jnp.minimum(jnp.minimum(eps1, eps_sp), _pure_dp_epsilon(comp, direction))
+        return jnp.where(jnp.isfinite(best) & ~need, jnp.maximum(best, 0.0), jnp.nan)
+
+    # Two passes of one traced solve: pass 1 at the saddle point of the estimate; pass 2, only where pass 1
+    # failed or its root landed far from the estimate, at the tilt the coarse search ranks best.
+    def one_pass(eps1, first):
+        need2, ref = second_pass_needed(eps1)
+        need = first | need2
         t = jax.lax.cond(
             first,
             lambda r: t0,
             lambda r: jax.lax.cond(need, search_tilt, lambda _: jnp.asarray(jnp.nan, jnp.float64), r),
             ref,
         )
-        eps_ref = jnp.where(first, eps0, ref)
-        run = need & jnp.isfinite(t)
-        safe_t = jnp.where(run, t, 1.0)
-        eps = jax.lax.cond(
-            run,
-            lambda tt, e: nan_to(solve(tt, e), jnp.inf),
-            lambda tt, e: jnp.asarray(jnp.inf, jnp.float64),
-            safe_t,
-            eps_ref,
-        )
+        eps = solve_or_inf(jnp.where(need, t, jnp.nan), jnp.where(first, eps0, ref))
         return jnp.where(first, eps, eps1), eps
 
     _, (eps1, eps2) = jax.lax.scan(one_pass, jnp.asarray(jnp.inf, jnp.float64), jnp.array([True, False]))
