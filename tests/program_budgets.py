@@ -19,15 +19,15 @@ import re
 #: (method, form) -> ops measured on 2026-11-28 (JAX 0.10.2)
 MEASURED = {
     ("certified", "concrete"): 11_993,
-    ("certified", "user_jit"): 22_719,
+    ("certified", "user_jit"): 19_845,
     ("characteristic", "concrete"): 5_055,
-    ("characteristic", "user_jit"): 27_779,
+    ("characteristic", "user_jit"): 24_905,
     ("saddlepoint", "concrete"): 8_801,
     ("saddlepoint", "user_jit"): 8_891,
     ("saddlepoint", "grad"): 27_802,
-    ("rdp", "concrete"): 4_275,
-    ("rdp", "user_jit"): 5_322,
-    ("rdp", "grad"): 10_556,
+    ("rdp", "concrete"): 1_993,
+    ("rdp", "user_jit"): 2_448,
+    ("rdp", "grad"): 6_791,
 }
 
 #: the ceilings: 3 % above the measurement

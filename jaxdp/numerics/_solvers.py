@@ -222,6 +222,10 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     differentiation (envelope theorem), so gradients are ``df/dparams`` at the
     minimiser.
 
+    ``f`` is traced twice: on the grid, and once in the refinement loop (whose first two iterations evaluate the
+    two interior points); the refined point's derivative is a ``custom_jvp`` rule, traced only where a
+    derivative is asked for.
+
     Returns ``(value, argmin)``.
     """
     values = jax.vmap(f)(grid)
@@ -237,7 +241,7 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
         v = jax.lax.stop_gradient(f(x))
         return nan_to(v, jnp.inf)
 
-    def body(_, state):
+    def body(k, state):
         a, b, c, d, fc, fd = state
         left = fc < fd
         # keep [a, d] if the minimum is left of d, else [c, b]
@@ -245,21 +249,40 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
         b2 = jnp.where(left, d, b)
         c2 = jnp.where(left, b2 - inv_phi * (b2 - a2), d)
         d2 = jnp.where(left, c, a2 + inv_phi * (b2 - a2))
-        new_x = jnp.where(left, c2, d2)
-        f_new = fs(new_x)
-        fc2 = jnp.where(left, f_new, fd)
-        fd2 = jnp.where(left, fc, f_new)
-        return a2, b2, c2, d2, fc2, fd2
+        # iterations 0 and 1 evaluate the interior points c and d, the others the golden-section step's point
+        f_new = fs(jnp.where(k == 0, c, jnp.where(k == 1, d, jnp.where(left, c2, d2))))
+        step = (a2, b2, c2, d2, jnp.where(left, f_new, fd), jnp.where(left, fc, f_new))
+        first, second = (a, b, c, d, f_new, fd), (a, b, c, d, fc, f_new)
+        return tuple(jnp.where(k == 0, u, jnp.where(k == 1, v, w)) for u, v, w in zip(first, second, step))
 
     c = b - inv_phi * (b - a)
     d = a + inv_phi * (b - a)
-    state = (a, b, c, d, fs(c), fs(d))
-    a, b, c, d, fc, fd = jax.lax.fori_loop(0, refine_steps, body, state)
+    inf = jnp.full_like(values_sg[i], jnp.inf)
+    a, b, c, d, fc, fd = jax.lax.fori_loop(0, refine_steps + 2, body, (a, b, c, d, inf, inf))
     x_ref = jnp.where(fc < fd, c, d)
     x_ref = jax.lax.stop_gradient(x_ref)
     better = jnp.minimum(fc, fd) < values_sg[i]
     x_best = jnp.where(better, x_ref, grid[i])
-    return f(x_best), x_best
+    f_pure, consts = _hoisted(f, x_ref)
+    refined = _value_with_derivative(f_pure, jnp.minimum(fc, fd), x_ref, consts)
+    return jnp.where(better, refined, values[i]), x_best
+
+
+def _value_with_derivative(f_pure, value, x, consts):
+    """``value`` (``f_pure(x, *consts)``, already computed) with the derivative of ``f_pure`` in ``consts``."""
+
+    @jax.custom_jvp
+    def known(value, x, consts):
+        del x, consts
+        return value
+
+    @known.defjvp
+    def known_jvp(primals, tangents):
+        value, x, consts = primals
+        _, _, d_consts = tangents
+        return value, jax.jvp(lambda cc: f_pure(x, *cc), (consts,), (d_consts,))[1]
+
+    return known(jax.lax.stop_gradient(value), jax.lax.stop_gradient(x), tuple(consts))
 
 
 def safeguarded_newton(vsa, lo, hi, x0, ftol, xtol=0.0, max_iterations=60):
