@@ -127,10 +127,34 @@ def _subprocess(script, case, x64):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _record(case, got, values, grads):
+    """One JSON line per cell to ``$JAXDP_MATRIX_LOG`` when it is set (``benchmarks/user_mode_matrix.py`` tables
+    them): the x64-off value, the x64-on reference and their largest relative difference."""
+    path = os.environ.get("JAXDP_MATRIX_LOG")
+    if not path:
+        return
+    import jax
+
+    with open(path, "a") as fh:
+        for name, cell in got.items():
+            row = {"jax": jax.__version__, "kind": case["kind"], "method": case["method"], "transform": name}
+            if "error" in cell:
+                row["error"] = cell["error"]
+            else:
+                value = np.array(cell["value"])
+                want = (grads if name == "vmap_grad" else grads[0]) if "grad" in name else (
+                    values if value.ndim else values[0])
+                want = np.asarray(want, np.float64)
+                rel = np.max(np.abs(value - want) / np.maximum(np.abs(want), 1e-6)) if want.size else float("nan")
+                row.update(value=np.ravel(value).tolist(), want=np.ravel(want).tolist(), rel=float(rel))
+            fh.write(json.dumps(row) + "\n")
+
+
 def _check(case, rtol_value=2e-6, rtol_grad=2e-4):
     got = _subprocess(USER_SCRIPT, case, x64=False)
     ref = _subprocess(REFERENCE_SCRIPT, case, x64=True)
     values, grads = np.array(ref["values"]), np.array(ref["grads"])
+    _record(case, got, values, grads)
     failures = {k: v["error"] for k, v in got.items() if "error" in v}
     assert not failures, failures
     for name, cell in got.items():
