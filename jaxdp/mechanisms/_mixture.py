@@ -64,7 +64,9 @@ class MixtureMechanism(AbstractMechanism):
     def cgf_derivatives(self, t, direction="remove"):
         # K from the rule; K' and K'' the mean and variance of the loss under the tilted weights R^lam w on the
         # same nodes: what forward-mode differentiation of ``cgf`` gives (the nodes are held fixed there too),
-        # from one traced rule instead of three nested copies
+        # from one traced rule instead of three nested copies (a subclass with a ``cgf`` of its own: its derivatives)
+        if type(self).cgf is not MixtureMechanism.cgf:
+            return super().cgf_derivatives(t, direction)
         _check_direction(direction)
         t = jnp.asarray(t)
         lam, sign = by_direction(direction, (1.0 + t, 1.0), (-t, -1.0))
