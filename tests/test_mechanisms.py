@@ -103,18 +103,24 @@ def test_sampler_moments_match_cgf_derivatives(name, direction):
     assert abs(w.mean() - 1.0) < 5 * w.std() / np.sqrt(n)
 
 
-@pytest.mark.parametrize("name", ["psg", "mog"])  # (the others' are the default: that differentiation itself)
-@pytest.mark.parametrize("direction", DIRECTIONS)
-def test_cgf_derivatives_are_those_of_the_cgf(name, direction):
+def test_cgf_derivatives_are_those_of_the_cgf():
     """``cgf_derivatives`` (a mixture: the tilted mean and variance on one rule's nodes) equals differentiating
     ``cgf`` (self-consistency of two formulations of one quadrature; the sampler test above checks ``cgf``'s
-    derivatives against samples)."""
-    m = MECHANISMS[name]()
-    with x64():
-        ts = jnp.asarray([0.05, 0.7, 3.0, 11.0], jnp.float64)
-        got = np.asarray(jax.vmap(lambda t: jnp.stack(m.cgf_derivatives(t, direction)))(ts))
+    derivatives against samples).  The mixtures only: the others' are the default, that differentiation itself.
+    One program for every case (run eagerly, each small op compiled on its own, it took a minute)."""
+
+    def case(m, direction, ts):
         k = lambda t: m.cgf(t, direction)  # noqa: E731
-        want = np.asarray(jax.vmap(lambda t: jnp.stack([k(t), jax.grad(k)(t), jax.grad(jax.grad(k))(t)]))(ts))
+        got = jax.vmap(lambda t: jnp.stack(m.cgf_derivatives(t, direction)))(ts)
+        want = jax.vmap(lambda t: jnp.stack([k(t), jax.grad(k)(t), jax.grad(jax.grad(k))(t)]))(ts)
+        return got, want
+
+    def every(ts):
+        pairs = [case(MECHANISMS[n](), d, ts) for n in ("psg", "mog") for d in DIRECTIONS]
+        return jnp.stack([p[0] for p in pairs]), jnp.stack([p[1] for p in pairs])
+
+    with x64():
+        got, want = map(np.asarray, jax.jit(every)(jnp.asarray([0.05, 0.7, 3.0, 11.0], jnp.float64)))
     np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-14)
 
 
