@@ -179,3 +179,38 @@ def test_implicit_root_inside_a_scan_that_closes_over_integers():
         assert float(jax.jit(jax.grad(total))(1.5)) == pytest.approx(6.0, rel=1e-12)
         assert float(jax.jvp(total, (1.5,), (1.0,))[1]) == pytest.approx(6.0, rel=1e-12)
         np.testing.assert_allclose(np.asarray(jax.vmap(jax.grad(total))(jnp.array([1.0, 2.0]))), [6.0, 6.0])
+
+
+def test_implicit_root_gradient_ignores_an_infinite_partial_of_a_constant():
+    """Regression (review of the one-linearisation rule): ``f`` closes over a constant whose partial is infinite at
+    the root (``sqrt`` at 0).  The slope must come from ``x`` alone: a linear map applied to a zero tangent for
+    the constant made it ``0 x inf = NaN`` and the derivative silently 0.  The root of ``a - x`` is ``a``."""
+    from jaxdp.numerics import solve_decreasing
+
+    with jax.enable_x64(True):
+        zero = jnp.float64(0.0)
+
+        def root(a):
+            return solve_decreasing(lambda x: a - x + jnp.sqrt(zero), -10.0, 10.0)
+
+        assert float(jax.grad(root)(1.0)) == pytest.approx(1.0, rel=1e-12)
+
+
+def test_minimize_on_grid_gradient_is_finite_where_f_is_infinite_off_the_minimum():
+    """Regression (review): ``f`` infinite at one grid point (``1/x`` at 0) far from its minimum.  The derivative
+    is ``f``'s partial at the minimiser alone (envelope theorem); through the grid's values, reverse mode summed
+    every point's partials, 0 x inf = NaN.  Closed form: ``p ((x - 1.3)^2 + 1/x)`` has its minimum ``p m`` with
+    ``m = min_x (x - 1.3)^2 + 1/x``, so the derivative in ``p`` is ``m``."""
+    from scipy import optimize
+
+    from jaxdp.numerics import minimize_on_grid
+
+    with jax.enable_x64(True):
+
+        def value(p):
+            return minimize_on_grid(lambda x: p * ((x - 1.3) ** 2 + 1.0 / x), jnp.linspace(0.0, 3.0, 7))[0]
+
+        m = optimize.minimize_scalar(lambda x: (x - 1.3) ** 2 + 1.0 / x, bounds=(0.5, 3.0), method="bounded").fun
+        assert float(value(2.0)) == pytest.approx(2.0 * m, rel=1e-9)
+        assert float(jax.grad(value)(2.0)) == pytest.approx(m, rel=1e-9)
+        assert float(jax.jvp(value, (2.0,), (1.0,))[1]) == pytest.approx(m, rel=1e-9)

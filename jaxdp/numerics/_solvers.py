@@ -15,7 +15,6 @@ from __future__ import annotations
 import jax
 import jax.extend
 import jax.numpy as jnp
-import numpy as np
 
 from jaxdp.numerics._logspace import argmin, nan_to
 
@@ -222,8 +221,8 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     differentiation (envelope theorem), so gradients are ``df/dparams`` at the
     minimiser.
 
-    ``f`` is traced twice: on the grid, and once in the refinement loop (whose first two iterations evaluate the
-    two interior points); the refined point's derivative is a ``custom_jvp`` rule, traced only where a
+    ``f`` is compiled twice: on the grid, and once in the refinement loop (whose first two iterations evaluate the
+    two interior points); the derivative at the minimiser is a ``custom_jvp`` rule, compiled only where a
     derivative is asked for.
 
     Returns ``(value, argmin)``.
@@ -263,9 +262,12 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     x_ref = jax.lax.stop_gradient(x_ref)
     better = jnp.minimum(fc, fd) < values_sg[i]
     x_best = jnp.where(better, x_ref, grid[i])
-    f_pure, consts = _hoisted(f, x_ref)
-    refined = _value_with_derivative(f_pure, jnp.minimum(fc, fd), x_ref, consts)
-    return jnp.where(better, refined, values[i]), x_best
+    # the value f(x_best) from the evaluations already made; its derivative (envelope theorem: f's partials in
+    # what it closes over, at x_best) traced only where one is asked for -- not through the grid's values, whose
+    # reverse pass would sum every grid point's partials (0 x inf = NaN where f is infinite off the minimum)
+    value = jax.lax.stop_gradient(jnp.where(better, jnp.minimum(fc, fd), values[i]))
+    f_pure, consts = _hoisted(f, x_best)
+    return _value_with_derivative(f_pure, value, x_best, consts), x_best
 
 
 def _value_with_derivative(f_pure, value, x, consts):
@@ -329,13 +331,6 @@ def with_slope(g):
     return vsa
 
 
-def _zero_tangent(t):
-    """A zero tangent like ``t`` (``float0`` stays ``float0``: the tangent of an integer)."""
-    if t.dtype == jax.dtypes.float0:
-        return np.zeros(t.shape, jax.dtypes.float0)
-    return jnp.zeros_like(t)
-
-
 def implicit_root(h, method, u_star, params):
     """``u_star`` carrying the implicit derivative of the root of ``h(., method, params)``.
 
@@ -353,11 +348,10 @@ def implicit_root(h, method, u_star, params):
     def root_jvp(primals, tangents):
         u, p = primals
         _, p_dot = tangents
-        # one linearisation for both directions: ``h`` (the costly evaluation) is traced once, not once a jvp
-        _, lin = jax.linearize(lambda v, pp: h(v, method, pp), u, p)
-        zero_p = jax.tree.map(_zero_tangent, p_dot)
-        slope = lin(jnp.ones_like(u), zero_p)
-        dh = lin(jnp.zeros_like(u), p_dot)
+        # (two jvps, not one linearisation applied to both directions: that multiplied every partial in ``p`` by a
+        # zero tangent for the slope, and an infinite one, 0 x inf, made the slope NaN and the derivative 0)
+        slope = jax.jvp(lambda v: h(v, method, p), (u,), (jnp.ones_like(u),))[1]
+        dh = jax.jvp(lambda pp: h(u, method, pp), (p,), (p_dot,))[1]
         safe = jnp.isfinite(slope) & (slope != 0)
         return u, jnp.where(safe, -dh / jnp.where(safe, slope, 1.0), 0.0)
 
