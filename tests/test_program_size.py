@@ -9,7 +9,13 @@ from __future__ import annotations
 import pytest
 from program_budgets import BUDGETS, count_ops, lower
 
-_SLOW = {("certified", "user_jit"), ("characteristic", "user_jit"), ("saddlepoint", "grad"), ("rdp", "grad")}
+_SLOW = {
+    ("certified", "two_pass"),
+    ("certified", "user_jit"),
+    ("characteristic", "user_jit"),
+    ("saddlepoint", "grad"),
+    ("rdp", "grad"),
+}
 
 
 @pytest.mark.parametrize(
