@@ -5,7 +5,8 @@
 
 Each row of the log is one cell of ``tests/test_user_mode.py`` (a method, an entry point, a transformation of the
 user's f(sigma, q) with JAX's x64 off), written by the test itself; ``rel`` is the largest relative difference
-from the x64-on reference (eager values; float64 central differences, or x64-on autodiff for the lattice bounds).
+from the x64-on reference (eager values; float64 central differences, or x64-on autodiff for the lattice bounds and
+the real-axis baseline, whose value is not smooth enough for central differences).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def main(argv=None):
         "",
         f"{datetime.date.today()}: each cell is the largest relative difference of the x64-off result (float32) from",
         "the x64-on reference at the same float32 inputs (values: eager; gradients: float64 central differences, or",
-        "x64-on autodiff for the lattice bounds); an error names itself.  The test's tolerances: values 2e-6,",
-        "gradients 2e-4 (with an absolute 1e-6).",
+        "x64-on autodiff for the lattice bounds and the real-axis baseline); an error names itself.  The test's",
+        "tolerances: values 2e-6, gradients 2e-4 (with an absolute 1e-6).",
         "",
         "| JAX | method | entry point | " + " | ".join(f"`{t}`" for t in transforms) + " |",
         "|---|---|---|" + "---|" * len(transforms),
