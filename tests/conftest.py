@@ -18,14 +18,16 @@ from jaxdp.numerics import program_cache
 # A persistent compilation cache shared by the xdist workers and across test modules: the
 # calibration and certified programs are compiled by several modules (and doctests), and each
 # compile takes 10-60 s on two cores.  The key covers the program, the options and the JAX
-# version, so a stale entry is never used.
+# version, so a stale entry is never used.  Every program is kept, the small ones too: a test run compiles ~5,000
+# op-by-op programs of 0.01-0.5 s (eager reference paths; ~335 CPU-s in a cold run), which a warm run would
+# otherwise compile again.
 _XLA_CACHE = os.environ.get("JAXDP_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "jaxdp-test-xla-cache"))
 jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
-jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 # the subprocesses of test_user_mode.py, test_float64.py and the command-line tests read only the environment:
 # the same cache reaches them there (without it each child compiled every program cold)
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _XLA_CACHE)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "1.0")
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 # jaxdp's own cache of compiled accountant programs (jaxdp/numerics/_program_cache.py) beside it, for this process
 # and its children: never the user's ~/.cache, and cold where the XLA cache is
 os.environ.setdefault("JAXDP_CACHE_DIR", os.path.join(_XLA_CACHE, "jaxdp"))
