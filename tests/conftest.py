@@ -229,7 +229,7 @@ if _PROFILE_DIR:
         with open(os.path.join(_PROFILE_DIR, f"profile-{worker}.json"), "w") as f:
             json.dump(_profile["tests"], f)
         with open(os.path.join(_PROFILE_DIR, f"clears-{worker}.json"), "w") as f:
-            json.dump(_profile["clears"], f)  # [last test of the module, resident GB] per jax.clear_caches()
+            json.dump(_profile["clears"], f)
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -247,7 +247,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 #: resident memory (bytes) above which JAX's in-memory caches are dropped after a test module
-RELEASE_ABOVE = int(float(os.environ.get("JAXDP_TEST_RELEASE_GB", "4")) * 2**30)
+RELEASE_ABOVE = int(float(os.environ.get("JAXDP_TEST_RELEASE_GB", "8")) * 2**30)
+#: memory mappings above which they are dropped too: each compiled CPU program maps its code, and a process at
+#: Linux's ``vm.max_map_count`` (65,530 by default) dies in the next compile with a segmentation fault
+RELEASE_ABOVE_MAPS = int(os.environ.get("JAXDP_TEST_RELEASE_MAPS", "24000"))
 
 
 def _resident_bytes():
@@ -259,18 +262,32 @@ def _resident_bytes():
         return None
 
 
+def _mappings():
+    """This process's number of memory mappings (Linux ``/proc``; elsewhere ``None``)."""
+    try:
+        with open("/proc/self/maps") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return None
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _release_compiled_programs(request):
-    """Drops JAX's compiled programs after a test module once the process holds more than ``RELEASE_ABOVE``.
+    """Drops JAX's compiled programs after a test module once the process holds more than ``RELEASE_ABOVE`` bytes
+    or ``RELEASE_ABOVE_MAPS`` memory mappings.
 
     The certified and calibration tests compile large programs; kept for the whole run in one process they add
-    up (a serial run once ended in a segmentation fault).  Dropping them after every module made each module
-    trace and lower the programs it shares with others again (the persistent cache saves only the XLA compile),
-    so they go only when memory asks for it.
+    up (a serial run once ended in a segmentation fault, and a worker with an 8 GB limit alone did, inside a
+    compile).  Dropping them after every module made each module trace and lower the programs it shares with
+    others again (the persistent cache saves only the XLA compile), and a 4 GB limit did the same: resident
+    memory never falls once reached, so every module after the first 4 GB dropped everything.  They go only when
+    the mappings or memory ask for it.
     """
     yield
-    rss = _resident_bytes()
-    if rss is None or rss > RELEASE_ABOVE:
+    rss, maps = _resident_bytes(), _mappings()
+    release = rss is None or rss > RELEASE_ABOVE or maps is None or maps > RELEASE_ABOVE_MAPS
+    if release:
         jax.clear_caches()
         program_cache.forget_loaded()
-        _profile["clears"].append([request.node.nodeid, None if rss is None else round(rss / 2**30, 2)])
+    # (module, resident GB, mappings, dropped) after each module
+    _profile["clears"].append([request.node.nodeid, None if rss is None else round(rss / 2**30, 2), maps, release])
