@@ -18,9 +18,8 @@ from jaxdp.numerics import program_cache
 # A persistent compilation cache shared by the xdist workers and across test modules: the
 # calibration and certified programs are compiled by several modules (and doctests), and each
 # compile takes 10-60 s on two cores.  The key covers the program, the options and the JAX
-# version, so a stale entry is never used.  Every program is kept, the small ones too: a test run compiles ~5,000
-# op-by-op programs of 0.01-0.5 s (eager reference paths; ~335 CPU-s in a cold run), which a warm run would
-# otherwise compile again.
+# version, so a stale entry is never used.  Every program is kept, the small ones too: the eager reference paths
+# compile thousands of op-by-op programs, which a warm run would otherwise compile again.
 _XLA_CACHE = os.environ.get("JAXDP_TEST_XLA_CACHE", os.path.join(tempfile.gettempdir(), "jaxdp-test-xla-cache"))
 jax.config.update("jax_compilation_cache_dir", _XLA_CACHE)
 jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
@@ -150,40 +149,40 @@ SLOW_TESTS = {
     "tests/test_montecarlo.py::test_estimators_agree_with_each_other",
     "tests/test_montecarlo.py::test_each_direction_against_dp_accounting[remove]",
     "tests/test_montecarlo.py::test_each_direction_against_dp_accounting[add]",
-    # issue 42, fifth cut (seconds of wall in a cold run of 0a59784, 2 cores; each compiles a program no default
-    # test shares): the calibrators' grid, implicit gradients and jit forms (test_tight_sigma_for_the_reference_
-    # budget keeps the concrete calibration, test_user_mode's calibrators under jit(grad) the implicit gradient)
-    "tests/test_calibrate.py::test_never_overshoots_on_a_grid_of_budgets",  # 84
-    "tests/test_calibrate.py::test_implicit_gradients_match_finite_differences[saddlepoint-delta2]",  # 105
-    "tests/test_calibrate.py::test_jit_equals_eager_and_no_recompilation",  # 68
+    # issue 42, fifth cut (each compiles a program no default test shares): the calibrators' grid, implicit
+    # gradients and jit forms (test_tight_sigma_for_the_reference_budget keeps the concrete calibration,
+    # test_user_mode's calibrators under jit(grad) the implicit gradient)
+    "tests/test_calibrate.py::test_never_overshoots_on_a_grid_of_budgets",
+    "tests/test_calibrate.py::test_implicit_gradients_match_finite_differences[saddlepoint-delta2]",
+    "tests/test_calibrate.py::test_jit_equals_eager_and_no_recompilation",
     # characteristic's certified fallback in a program of its own; the conservative answer where the contour cannot
     # resolve the law stays (test_unresolvable_spike_is_flagged_and_answered_conservatively)
-    "tests/test_characteristic.py::test_unreliable_regime_answers_with_the_certified_bound",  # 79
+    "tests/test_characteristic.py::test_unreliable_regime_answers_with_the_certified_bound",
     # certified vmapped over a grid (vmap stays on rdp, exact, the split estimate and Monte Carlo)
-    "tests/test_certified.py::test_bound_grows_with_steps_and_q_and_shrinks_with_sigma",  # 40
+    "tests/test_certified.py::test_bound_grows_with_steps_and_q_and_shrinks_with_sigma",
     # the split estimate's log-delta gradient (its epsilon gradient stays, and this check on saddlepoint-certified)
-    "tests/test_saddlepoint.py::test_gradient_finite_where_one_direction_has_zero_delta[saddlepoint]",  # 52
+    "tests/test_saddlepoint.py::test_gradient_finite_where_one_direction_has_zero_delta[saddlepoint]",
     # the split estimate's terms program (saddlepoint_terms' doctest keeps the entry point) and a second group row
-    "tests/test_saddlepoint_split.py::test_saddlepoint_terms_report_the_estimate_and_a_small_indicator",  # 25
-    "tests/test_saddlepoint_split.py::test_group_mixtures[(0.84, 0.00219, 16, 320, 3.1e-09)-13.4268028]",  # 29
+    "tests/test_saddlepoint_split.py::test_saddlepoint_terms_report_the_estimate_and_a_small_indicator",
+    "tests/test_saddlepoint_split.py::test_group_mixtures[(0.84, 0.00219, 16, 320, 3.1e-09)-13.4268028]",
     # padded gradients (padding's values stay checked on rdp and saddlepoint-delta2)
-    "tests/test_zero_weight.py::test_padded_gradients_match_the_unpadded_ones[saddlepoint-delta2]",  # 34
-    # Monte Carlo: the verifier in a calibration, 1e-10 (execution: 31 s), the one-step tilt's reference row (the
+    "tests/test_zero_weight.py::test_padded_gradients_match_the_unpadded_ones[saddlepoint-delta2]",
+    # Monte Carlo: the verifier in a calibration, 1e-10 (a long run), the one-step tilt's reference row (the
     # full tilt's stays)
-    "tests/test_montecarlo.py::test_certify_evr_in_a_calibration",  # 24
-    "tests/test_montecarlo.py::test_tilted_sees_delta_1e10_where_simple_sees_nothing",  # 44
-    "tests/test_montecarlo.py::test_subsampled_gaussian_matches_reference_table[tilted-one]",  # 20
+    "tests/test_montecarlo.py::test_certify_evr_in_a_calibration",
+    "tests/test_montecarlo.py::test_tilted_sees_delta_1e10_where_simple_sees_nothing",
+    "tests/test_montecarlo.py::test_subsampled_gaussian_matches_reference_table[tilted-one]",
     # fixed batches: the calibration through the command line and monotonicity in two sizes (the group curve
     # against the reference rows stays)
-    "tests/test_fixed_batch.py::test_cli_calibrate_fixed_batch",  # 22
-    "tests/test_fixed_batch.py::test_monotone_in_group_size_and_batch_size",  # 14
+    "tests/test_fixed_batch.py::test_cli_calibrate_fixed_batch",
+    "tests/test_fixed_batch.py::test_monotone_in_group_size_and_batch_size",
     # certified-fast's composed tiny-noise Gaussian; saddlepoint-certified's stays (the search code they share)
-    "tests/test_soundness.py::test_tiny_noise_gaussian_composed_at_delta_1e169[certified-fast]",  # 29
-    # four of the samplers' five moment checks: each op-by-op (about 200 small programs); remove/psg stays
-    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[add-psg]",  # 10
-    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[remove-mog]",  # 11
-    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[add-mog]",  # 10
-    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[remove-laplace]",  # 10
+    "tests/test_soundness.py::test_tiny_noise_gaussian_composed_at_delta_1e169[certified-fast]",
+    # four of the samplers' five moment checks, each run op by op; remove/psg stays
+    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[add-psg]",
+    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[remove-mog]",
+    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[add-mog]",
+    "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[remove-laplace]",
 }
 
 
@@ -276,12 +275,10 @@ def _release_compiled_programs(request):
     """Drops JAX's compiled programs after a test module once the process holds more than ``RELEASE_ABOVE`` bytes
     or ``RELEASE_ABOVE_MAPS`` memory mappings.
 
-    The certified and calibration tests compile large programs; kept for the whole run in one process they add
-    up (a serial run once ended in a segmentation fault, and a worker with an 8 GB limit alone did, inside a
-    compile).  Dropping them after every module made each module trace and lower the programs it shares with
-    others again (the persistent cache saves only the XLA compile), and a 4 GB limit did the same: resident
-    memory never falls once reached, so every module after the first 4 GB dropped everything.  They go only when
-    the mappings or memory ask for it.
+    Kept for the whole run, the compiled programs' code mappings reach the kernel's limit and the next compile
+    segfaults.  Dropping them costs the next module a new trace and lowering of every program it shares (the
+    persistent cache saves only the XLA compile), so they go only when the mappings or memory ask for it; resident
+    memory alone is a poor signal, as it never falls once reached.
     """
     yield
     rss, maps = _resident_bytes(), _mappings()

@@ -40,7 +40,7 @@ class TestCharacteristicConformance(AccountantConformance):
             # with x64 off) and 75 (the add direction's program)
             "test_user_jit_equals_call",
             "test_add_or_remove_is_the_worse_direction",
-            # issue 42, fifth cut (103 s cold): a gradient stays on certified, the split estimate, rdp and exact
+            # issue 42, fifth cut: a gradient stays on certified, the split estimate, rdp and exact
             "test_grad_delta_wrt_sigma",
         }
     )

@@ -55,7 +55,7 @@ class TestSaddlepointCertifiedConformance(AccountantConformance):
             "test_gradients_finite_on_a_grid",
             "test_vmap_equals_loop",
             "test_vmap_over_steps_and_delta",
-            # issue 42, fifth cut (18 s cold): heterogeneous compositions stay on rdp, exact and the split estimate
+            # issue 42, fifth cut: heterogeneous compositions stay on rdp, exact and the split estimate
             "test_heterogeneous_composition",
         }
     )
