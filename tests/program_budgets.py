@@ -19,13 +19,13 @@ import re
 
 #: (method, form) -> ops measured on 2026-11-28 (JAX 0.10.2)
 MEASURED = {
-    ("certified", "concrete"): 11_993,
-    ("certified", "two_pass"): 16_593,
-    ("certified", "user_jit"): 19_845,
+    ("certified", "concrete"): 6_620,
+    ("certified", "two_pass"): 11_288,
+    ("certified", "user_jit"): 13_842,
     ("characteristic", "concrete"): 5_055,
-    ("characteristic", "user_jit"): 24_905,
-    ("saddlepoint", "concrete"): 8_801,
-    ("saddlepoint", "user_jit"): 8_891,
+    ("characteristic", "user_jit"): 18_906,
+    ("saddlepoint", "concrete"): 8_838,
+    ("saddlepoint", "user_jit"): 8_928,
     ("saddlepoint", "grad"): 35_648,
     ("rdp", "concrete"): 2_000,
     ("rdp", "user_jit"): 2_448,

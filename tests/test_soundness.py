@@ -117,7 +117,8 @@ def test_an_epsilon_that_fails_its_recheck_is_not_returned():
         log_delta = jnp.float64(math.log(1e-5))
         good = float(jax.jit(_saddlepoint.epsilon_saddlepoint_upper, static_argnums=1)(comp, "remove", log_delta))
         t = jax.jit(_saddlepoint.saddle_point, static_argnums=1)(comp, "remove", jnp.float64(good))
-        verified = jax.jit(lambda e: _saddlepoint._verified_epsilon(comp, "remove", log_delta, e, t))
+        m = jax.jit(comp.checked_moments, static_argnums=1)(t, "remove")
+        verified = jax.jit(lambda e: _saddlepoint._verified_epsilon(comp, "remove", log_delta, e, t, m))
         assert float(verified(jnp.float64(good))) >= good
         assert float(verified(jnp.float64(0.5 * good))) == math.inf
         assert float(verified(jnp.float64(jnp.nan))) == math.inf

@@ -106,14 +106,18 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
     def one(worst, c, d, a):
         if screen is None:
             return _larger(worst, get(info)(c, d, a))
-        cheap = get(screen)(c, d, a)
+        if reuse is not None and screen.epsilon_stage is not None:
+            stage = screen.epsilon_stage(c, d, a)
+            cheap = stage.epsilon
+        else:
+            stage = cheap = get(screen)(c, d, a)
         full = jax.lax.cond(
             ~(cheap <= worst),  # NaN computes it too
             lambda c, a, s: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
             lambda c, a, s: jnp.asarray(-jnp.inf, jnp.float64),
             c,
             a,
-            cheap,
+            stage,
         )
         return _larger(worst, full)
 

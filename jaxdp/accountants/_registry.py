@@ -53,8 +53,10 @@ class MethodInfo:
         under it for concrete inputs, they may answer NaN instead of tracing a branch few inputs take (a second
         pass, a last-resort bound), and the entry points then run the full program (compiled only then).
       epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
-        ``epsilon`` given the screen's epsilon of the same direction (already computed for the
-        second direction; a method that uses it need not trace it again).
+        ``epsilon`` given what the screen computed for the same direction: its ``epsilon_stage`` where it has
+        one, else its epsilon (a method that uses it need not trace that work again).
+      epsilon_stage: for a screen, optional ``(composition, direction, log_delta) -> stage``, a pytree whose
+        ``epsilon`` field is the method's epsilon and whose other fields a screened method reuses.
     """
 
     name: str
@@ -67,6 +69,7 @@ class MethodInfo:
     screen: str | None = None
     calibration_nudge: float = 3e-6
     epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
+    epsilon_stage: Callable | None = dataclasses.field(default=None, repr=False)
     direction_as_data: bool = False
     fallback: str | None = None
     log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)

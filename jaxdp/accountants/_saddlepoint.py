@@ -23,8 +23,12 @@ import jax.numpy as jnp
 
 from jaxdp.accountants import _split_saddle
 from jaxdp.accountants._cgf import (
+    LOG_DELTA_TOL,
+    curve_slope,
     eps_on_curve,
     guess_log_t_for_delta,
+    iterate_on_curve,
+    k01,
     k012,
     log_delta2_on_curve,
     log_deltas,
@@ -33,7 +37,7 @@ from jaxdp.accountants._cgf import (
 )
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
-from jaxdp.numerics import log1mexp, nan_to, solve_decreasing
+from jaxdp.numerics import log1mexp, nan_to, root_found_elsewhere, solve_decreasing, value_found_elsewhere
 
 __all__ = [
     "SaddlePointResult",
@@ -109,21 +113,29 @@ def certified_log_delta_at(comp, direction, t, epsilon):
 
 def _certified_upper(comp, direction, t, epsilon=None):
     """``(eps, log min(delta_2 + bound, Chernoff bound) + margins)`` at tilt ``t`` from the checked moments,
-    NaN where unverified.
+    NaN where unverified (see :func:`_upper_from_moments`).
 
-    ``epsilon=None`` takes the point of the saddle-point curve, ``eps = K'(t) - 1/t - 1/(1+t)``.  The Chernoff
-    bound ``e^{K(t) - t eps} (t / (1 + t))^t / (1 + t)`` (``delta = e^{K - t eps} E_t[e^{-t x} (1 - e^{-x})_+]``,
-    ``x = L - eps``, and the integrand is at most that maximum) is the tighter of the two where the
-    Berry-Esseen term, additive, exceeds it: where the loss is far from Gaussian (rare jumps: small q).
+    ``epsilon=None`` takes the point of the saddle-point curve, ``eps = K'(t) - 1/t - 1/(1+t)``.
     """
     m = comp.checked_moments(t, direction)
     eps = m.k1 - 1.0 / t - 1.0 / (1.0 + t) if epsilon is None else epsilon
+    return eps, _upper_from_moments(comp, m, t, eps)
+
+
+def _upper_from_moments(comp, m, t, eps):
+    """``log min(delta_2 + bound, Chernoff bound) + margins`` at ``(t, eps)`` from the checked moments ``m`` at
+    ``t``, NaN where unverified.
+
+    The Chernoff bound ``e^{K(t) - t eps} (t / (1 + t))^t / (1 + t)`` (``delta = e^{K - t eps} E_t[e^{-t x} (1 -
+    e^{-x})_+]``, ``x = L - eps``, and the integrand is at most that maximum) is the tighter of the two where the
+    Berry-Esseen term, additive, exceeds it: where the loss is far from Gaussian (rare jumps: small q).
+    """
     log_d2, _ = log_deltas(m.k0, m.k1, m.k2, t, eps)
     log_b = _log_bound_from(comp, m.k0, m.k2, m.abs3, t, eps)
     log_chernoff = m.k0 - eps * t - jnp.log1p(t) - t * jnp.log1p(1.0 / t)
     upper = jnp.minimum(jnp.logaddexp(log_d2, log_b), log_chernoff) + m.k0_error + LOG_DELTA_MARGIN
     ok = m.resolved & (t > 0) & jnp.isfinite(t) & jnp.isfinite(upper) & jnp.isfinite(eps)
-    return eps, jnp.where(ok, upper, jnp.nan)
+    return jnp.where(ok, upper, jnp.nan)
 
 
 def pure_dp_log_delta(comp, direction, epsilon):
@@ -163,60 +175,120 @@ def log_delta_saddlepoint_upper(comp, direction, epsilon):
     return saddlepoint_terms(comp, direction, epsilon).log_delta_upper
 
 
-def _solve_epsilon(comp, direction, log_delta, certified: bool):
+def _solve_epsilon(comp, direction, log_delta):
     def g(u):  # decreasing in u = log t
-        t = jnp.exp(u)
-        if certified:  # the bound itself, from the checked moments
-            _, log_upper = _certified_upper(comp, direction, t)
-            # unverified (extreme tilts: the quadrature does not resolve the tilted law) reads as "past
-            # the root" so the search moves back to moderate tilts; the answer is re-checked anyway
-            return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta)
-        return log_delta2_on_curve(comp, direction, t) - log_delta
+        return log_delta2_on_curve(comp, direction, jnp.exp(u)) - log_delta
 
     u0 = guess_log_t_for_delta(comp, log_delta)
     lo, hi = log_t_bracket(u0)
     u = solve_decreasing(g, lo, hi, x0=u0, max_jump=2.0)
-    t = jnp.exp(u)
-    if not certified:
-        return jnp.maximum(eps_on_curve(comp, direction, t), 0.0)
-    eps, _ = _certified_upper(comp, direction, t)
-    return _verified_epsilon(comp, direction, log_delta, jnp.maximum(eps, 0.0), jax.lax.stop_gradient(t))
+    return jnp.maximum(eps_on_curve(comp, direction, jnp.exp(u)), 0.0)
 
 
-def _verified_epsilon(comp, direction, log_delta, eps, t):
-    """The first of ``eps (1 + margin)`` whose certified delta, evaluated afresh, is at most the target.
-
-    The bound holds at every tilt, so it is re-evaluated at the solver's tilt ``t`` and at the saddle
-    point of the candidate, and either passing suffices.  ``L_max`` (or ``+inf``) when none passes, or
-    ``eps`` is not finite: the root finder's answer is never taken on trust.
-    """
+def _verified_epsilon(comp, direction, log_delta, eps, t, m):
+    """The first of ``eps (1 + margin)`` whose certified delta at tilt ``t``, from the moments ``m`` evaluated
+    there, is at most the target (the bound holds at every tilt); ``L_max`` (or ``+inf``) when none passes, or
+    ``eps`` or ``t`` is not finite: the root finder's answer is never taken on trust."""
     eps_sg = jax.lax.stop_gradient(eps)
     margins = jnp.asarray(EPS_RETRY_MARGINS, jnp.float64)
     cands = eps_sg + margins * (1.0 + jnp.abs(eps_sg))
-    # one traced copy of the check, vectorised over (tilt, candidate): the solver's tilt and each
-    # candidate's own saddle point
-    frozen = jax.lax.stop_gradient(comp)  # (only pass or fail comes out of the check)
-    t_own = jax.vmap(lambda e: saddle_point(frozen, direction, e))(cands)
-    tilts = jax.lax.stop_gradient(jnp.concatenate([jnp.broadcast_to(t, cands.shape), t_own]))
-    logs = jax.vmap(lambda tt, e: certified_log_delta_at(frozen, direction, tt, e))(tilts, jnp.tile(cands, 2))
-    n = len(EPS_RETRY_MARGINS)
-    passed = (jnp.minimum(logs[:n], logs[n:]) <= log_delta) & jnp.isfinite(eps_sg)
-    passed = [passed[i] for i in range(n)]
+    logs = nan_to(jnp.minimum(_upper_from_moments(comp, m, t, cands), 0.0), 0.0)
+    logs = jnp.minimum(logs, pure_dp_log_delta(comp, direction, cands))
+    passed = (logs <= log_delta) & jnp.isfinite(eps_sg) & jnp.isfinite(t)
     # L_max (delta = 0 there) for a loss bounded above
     out = jax.lax.stop_gradient(comp.max_privacy_loss(direction))
-    for m, p in reversed(list(zip(EPS_RETRY_MARGINS, passed))):
-        out = jnp.where(p, jnp.minimum(eps + m * (1.0 + jnp.abs(eps)), out), out)
+    for i in reversed(range(len(EPS_RETRY_MARGINS))):
+        out = jnp.where(passed[i], jnp.minimum(eps + margins[i] * (1.0 + jnp.abs(eps)), out), out)
     return out
+
+
+class ScreenStage(NamedTuple):
+    """What the certified saddle-point solve gives a method screened by it (one direction).
+
+    Attributes:
+      epsilon: the certified saddle-point epsilon, verified (``L_max`` or ``inf`` where no candidate passes).
+      estimate: the epsilon where ``delta_2`` (from the same checked moments) is the target: an estimate, held fixed
+        for differentiation; NaN where its solve failed.
+      log_t: ``log`` of the estimate's saddle point, with the derivative of the saddle point of a fixed epsilon.
+      log_t_screen: ``log`` of the tilt of ``epsilon``'s bound.
+    """
+
+    epsilon: jax.Array
+    estimate: jax.Array
+    log_t: jax.Array
+    log_t_screen: jax.Array
+
+
+def screen_stage(comp, direction, log_delta) -> ScreenStage:
+    """The certified saddle-point epsilon and the ``delta_2`` estimate, both from ONE iteration along the saddle-point
+    curve on the checked moments (:func:`~jaxdp.accountants._cgf.iterate_on_curve`, two targets evaluated together:
+    the moments are traced once), and the certified epsilon checked at the moments of its last evaluation.
+
+    The bound holds at every tilt, so the iteration's answer is not taken on trust: each of ``eps (1 + margin)`` is
+    checked at the tilt whose moments were evaluated last, and the first that passes is returned (``L_max``, or
+    ``+inf``, where none does).  Derivatives: the implicit function theorem at the root, and the curve's ``eps`` at
+    it, both traced only where a derivative is asked for.
+    """
+    comp_c, log_delta_c = jax.lax.stop_gradient((comp, log_delta))
+
+    def point(ops, t):
+        c, ld = ops
+
+        def one(tt):
+            m = c.checked_moments(tt, direction)
+            return m.k1 - 1.0 / tt - 1.0 / (1.0 + tt), curve_slope(tt, m.k2), m
+
+        eps, deps, m = jax.vmap(one)(t)
+        log_d2, _ = log_deltas(m.k0, m.k1, m.k2, t, eps)
+        upper = _upper_from_moments(c, m, t, eps)
+        # unverified (extreme tilts: the quadrature does not resolve the tilted law) reads as "past the root", so
+        # the iteration moves back to moderate tilts
+        level = jnp.stack([log_d2[0], jnp.where(jnp.isnan(upper[1]), ld - 1.0, upper[1])])
+        eps = jnp.stack([eps[0], jnp.where(jnp.isnan(upper[1]), jnp.nan, eps[1])])
+        return eps, deps, level, m
+
+    u0 = guess_log_t_for_delta(comp_c, log_delta_c)
+    lo, hi = log_t_bracket(u0)
+    two = lambda x: jnp.broadcast_to(x, (2,))  # noqa: E731  (the estimate's target, the bound's)
+    ops = (comp_c, log_delta_c)
+    # (the bound's level to 1e-12: its check then passes at the first margin)
+    tol = jnp.array([LOG_DELTA_TOL, 1e-12])
+    u, _, (eps, m) = iterate_on_curve(point, ops, two(log_delta_c), two(lo), two(hi), two(u0), evaluated=True, tol=tol)
+
+    # the bound's root, checked at the moments evaluated there
+    u_b = u[1]
+    t_b = jnp.exp(u_b)
+    m_b = jax.tree.map(lambda x: x[1], m)
+
+    def g(v):  # the bound's root condition, as the iteration solved it (traced only for a derivative)
+        _, log_upper = _certified_upper(comp, direction, jnp.exp(v))
+        return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta)
+
+    u_d = root_found_elsewhere(g, jnp.where(jnp.isfinite(u_b), u_b, u0), lo, hi)
+    eps_d = value_found_elsewhere(lambda v: _certified_upper(comp, direction, jnp.exp(v))[0], eps[1], u_d)
+    out = _verified_epsilon(comp_c, direction, log_delta_c, jnp.maximum(eps_d, 0.0), t_b, m_b)
+
+    # the estimate's saddle point, with the derivative of the saddle point of its (fixed) epsilon
+    estimate = jnp.maximum(eps[0], 0.0)
+    estimate = jnp.where(jnp.isfinite(u[0]), estimate, jnp.nan)
+
+    def h(v):  # decreasing in v = log t
+        t = jnp.exp(v)
+        _, k1 = k01(comp, direction, t)
+        return -(k1 - estimate - 1.0 / t - 1.0 / (1.0 + t))
+
+    log_t = root_found_elsewhere(h, jnp.where(jnp.isfinite(u[0]), u[0], u0), lo, hi)
+    return ScreenStage(out, estimate, jnp.where(jnp.isfinite(u[0]), log_t, jnp.nan), u_b)
 
 
 def epsilon_saddlepoint(comp, direction, log_delta):
     """epsilon with ``delta_2(eps) = delta`` (estimate)."""
-    return _solve_epsilon(comp, direction, log_delta, certified=False)
+    return _solve_epsilon(comp, direction, log_delta)
 
 
 def epsilon_saddlepoint_upper(comp, direction, log_delta):
-    """epsilon with ``min(1, delta_2 + bound)(eps) = delta`` (certified)."""
-    return _solve_epsilon(comp, direction, log_delta, certified=True)
+    """epsilon with ``min(1, delta_2 + bound)(eps) = delta`` (certified; see :func:`screen_stage`)."""
+    return screen_stage(comp, direction, log_delta).epsilon
 
 
 METHODS = (
@@ -250,5 +322,6 @@ METHODS = (
         description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
         log_delta=log_delta_saddlepoint_upper,
         epsilon=epsilon_saddlepoint_upper,
+        epsilon_stage=screen_stage,
     ),
 )

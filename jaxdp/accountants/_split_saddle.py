@@ -43,8 +43,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.accountants._cgf import (
+    curve_slope,
     eps_on_curve,
     guess_log_t_for_delta,
+    iterate_on_curve,
     log_delta2_on_curve,
     log_t_bracket,
     saddle_point,
@@ -982,11 +984,6 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     return eps, shape, terms
 
 
-def _curve_slope(t, k2):
-    """``d eps / d log t`` along the saddle-point curve ``eps(t) = K'(t) - 1/t - 1/(1+t)``."""
-    return t * (k2 + 1.0 / (t * t) + 1.0 / ((1.0 + t) * (1.0 + t)))
-
-
 def _split_point_on_curve(comp, direction, t):
     """``(eps(t), d eps / d log t, (first, second))``: the split estimate at the point of the saddle-point
     curve with tilt ``t``."""
@@ -995,7 +992,7 @@ def _split_point_on_curve(comp, direction, t):
         eps, shape, terms = _fused_at(*single, direction, t)
         k2 = shape.bulk[1] + shape.jumps * shape.swap[1]  # (not the composed K'': only a step size depends on it)
         k2 = k2 + shape.jumps * (1.0 - shape.jumps / shape.steps) * shape.swap[0] ** 2
-        return eps, _curve_slope(t, k2), terms
+        return eps, curve_slope(t, k2), terms
     eps, deps = jax.jvp(lambda u: eps_on_curve(comp, direction, jnp.exp(u)), (jnp.log(t),), (jnp.ones_like(t),))
     return eps, deps, _log_delta_at(comp, direction, t, eps)[1]
 
@@ -1028,7 +1025,7 @@ def _nojump_terms(k0, kappa, t, eps):
 def _nojump_point_on_curve(comp, direction, t):
     k0, kappa = _nojump_cumulants(comp, direction, t)
     eps = kappa[0] - 1.0 / t - 1.0 / (1.0 + t)
-    return eps, _curve_slope(t, kappa[1]), _nojump_terms(k0, kappa, t, eps)
+    return eps, curve_slope(t, kappa[1]), _nojump_terms(k0, kappa, t, eps)
 
 
 def _by_jumps(comp, direction, split_fn, nojump_fn, *args):
@@ -1139,80 +1136,6 @@ def log_delta_estimate(comp, direction, epsilon):
 
 #: relative tolerance (in log t) of the delta_2 solve that starts the estimate's iteration
 START_XTOL = 1e-6
-#: the iteration along the curve stops where the estimated log delta is this close to the target
-LOG_DELTA_TOL = 1e-9
-CURVE_MAX_ITERATIONS = 40
-#: ... or where its step in u = log t is this small (relative)
-CURVE_XTOL = 1e-9
-#: ... or, after a secant step, where the error predicted for the next point is this small (that step is then
-#: taken without evaluating its end)
-CURVE_PREDICTED_TOL = 1e-7
-
-
-def _iterate_on_curve(point, operands, log_delta, lo, hi, u0, max_jump):
-    """The ``u = log t`` on the saddle-point curve where ``point``'s ``log delta(eps(t))`` is ``log_delta``.
-
-    At small sampling rates ``eps(t)`` is very steep in ``t`` (the rare jumps make ``K''`` large) and
-    ``log delta(eps(t))`` bends sharply there, so a secant in ``u`` needs many steps.  In ``eps`` the same
-    function is smooth, of slope about ``-t``: each step is a secant in ``eps`` (the first with slope
-    ``-t``), mapped back to ``u`` with the curve's slope ``d eps / d u`` at the last point (only a step:
-    every point evaluated is on the curve).  A step that leaves an established bracket is a bisection.
-    Returns ``(u, iterations)``.
-    """
-
-    def at(ops):
-        eps, deps, terms = point(ops[0], jnp.exp(ops[1]))
-        return eps, deps, jnp.maximum(terms[0], -1e8)
-
-    def skip(ops):  # (a configuration of the batch that is done: its state is kept, these are dropped)
-        return jnp.zeros_like(ops[1]), jnp.zeros_like(ops[1]), jnp.zeros_like(ops[1])
-
-    def evaluate(u, active):
-        # under ``vmap`` the loop runs until the slowest configuration is done (1,000 of the issue grid: up to 20
-        # evaluations, median 3, mean 4.5): only those still iterating are evaluated (``sparse_cond``)
-        eps, deps, log_d = sparse_cond(active, at, skip, (operands, u), true_unless_batched=True)
-        return eps, deps, log_d - log_delta
-
-    def cond(state):
-        return (state[0] < CURVE_MAX_ITERATIONS) & ~state[-1]
-
-    def body(state):
-        i, a, b, u, e_prev, g_prev, dx_old, stop = state
-        eps, deps, g = evaluate(u, ~stop)
-        bad = ~jnp.isfinite(g) | ~jnp.isfinite(eps)
-        a = jnp.where(g > 0, u, a)
-        b = jnp.where((g > 0) | bad, b, u)
-        t = jnp.exp(u)
-        secant = (g - g_prev) / (eps - e_prev)
-        slope = jnp.where(jnp.isfinite(secant) & (secant < 0) & (i > 0), secant, -t)
-        step = g / slope / deps
-        u_new = u - step
-        # rtsafe's safeguard inside an established bracket: bisect where the step leaves it or fails to halve the
-        # step before last (the curve's slope can change by orders of magnitude within a bracket); before both
-        # ends are established, the step capped at max_jump (a bisection toward the default bracket's far end
-        # lands far off the curve's steep part, and took ~10 more evaluations to come back)
-        both = (a > lo) & (b < hi)
-        inside = jnp.isfinite(u_new) & (u_new > a) & (u_new < b)
-        ok = inside & (~both | (2.0 * jnp.abs(step) <= dx_old))
-        toward = jnp.clip(jnp.where(jnp.isfinite(u_new), u_new, u), u - max_jump, u + max_jump)
-        # the last secant step is taken without evaluating its end: the secant converges superlinearly, so the
-        # error there is about |g| |g / g_prev| (measured: 5e-6 -> 2e-10, 2.6e-5 -> 5e-9)
-        last = (i > 0) & ok & (jnp.abs(g) * jnp.minimum(1.0, jnp.abs(g / g_prev)) <= CURVE_PREDICTED_TOL)
-        u_new = jnp.where(ok, u_new, jnp.where(both, 0.5 * (a + b), jnp.clip(toward, a, b)))
-        # done where delta is on target, or the step is at the resolution of u (delta's rounding floor)
-        small = jnp.abs(u_new - u) <= CURVE_XTOL * (1.0 + jnp.abs(u))
-        # (eps <= 0 with delta on or below target: the answer is eps = 0, as the caller clips it)
-        at_zero = (eps <= 0.0) & (g <= 0.0)
-        on_target = jnp.abs(g) <= LOG_DELTA_TOL
-        done = on_target | last | (b - a <= CURVE_XTOL * (1.0 + jnp.abs(u))) | at_zero | bad
-        u_new = jnp.where(done, jnp.where(bad, jnp.nan, jnp.where(last & ~on_target & ~at_zero, u_new, u)), u_new)
-        return i + 1, a, b, u_new, eps, g, jnp.abs(u_new - u), done | small
-
-    u0 = jnp.clip(u0, lo, hi)
-    zero = jnp.zeros_like(u0)
-    init = (jnp.array(0), lo, hi, u0, zero, zero, 2.0 * (hi - lo), jnp.array(False))
-    state = jax.lax.while_loop(cond, body, init)
-    return state[3], state[0]
 
 
 def _split_curve_eps(comp, direction, t):
@@ -1250,7 +1173,11 @@ def _epsilon_on_curve(comp, direction, log_delta, point, curve_eps):
     u2 = jnp.where(jnp.isfinite(u2), u2, u0)
 
     def solver(x0):
-        return _iterate_on_curve(lambda c, t: point(c, direction, t), comp_c, log_delta_c, lo, hi, x0, 2.0)[0]
+        def at(c, t):
+            eps, deps, terms = point(c, direction, t)
+            return eps, deps, terms[0], None
+
+        return iterate_on_curve(at, comp_c, log_delta_c, lo, hi, x0, max_jump=2.0)[0]
 
     u = solve_decreasing(g, lo, hi, x0=u2, solver=solver)
     # eps at the root: the curve's point alone (evaluating the estimate there again would double its cost)

@@ -27,8 +27,10 @@ from jaxdp.numerics._solvers import (
     bracketed_secant,
     implicit_root,
     minimize_on_grid,
+    root_found_elsewhere,
     safeguarded_newton,
     solve_decreasing,
+    value_found_elsewhere,
     with_slope,
 )
 from jaxdp.numerics._sparse_cond import sparse_cond
@@ -63,12 +65,14 @@ __all__ = [
     "nufft1",
     "program_cache",
     "pytree_dataclass",
+    "root_found_elsewhere",
     "safeguarded_newton",
     "solve_decreasing",
     "sparse_cond",
     "sweep",
     "to_f64",
     "validate",
+    "value_found_elsewhere",
     "with_slope",
     "x64_enabled",
 ]

@@ -23,8 +23,10 @@ __all__ = [
     "bracketed_secant",
     "implicit_root",
     "minimize_on_grid",
+    "root_found_elsewhere",
     "safeguarded_newton",
     "solve_decreasing",
+    "value_found_elsewhere",
     "with_slope",
 ]
 
@@ -210,6 +212,39 @@ def _root_with_implicit_derivative(f, start, solve):
     x_star = solve_pure(start, *(jax.lax.stop_gradient(c) for c in solve_consts))
     f_pure, consts = _hoisted(f, start)
     return implicit_root(lambda u, _, params: f_pure(u, *params), None, x_star, tuple(consts))
+
+
+def root_found_elsewhere(f, x, lo, hi):
+    """``x``, a root of the decreasing scalar ``f`` on ``[lo, hi]`` that the caller found in an iteration of its own
+    (one shared with other work), with the implicit derivative :func:`solve_decreasing` gives its root.
+
+    ``f`` is traced only where a derivative is asked for.  As there, a root at the bracket's edge is a constant.
+    """
+    x = jax.lax.stop_gradient(x)
+    f_pure, consts = _hoisted(f, x)
+    root = implicit_root(lambda u, _, params: f_pure(u, *params), None, x, tuple(consts))
+    tol = 1e-9 * (1.0 + jnp.abs(hi - lo))
+    edge = jax.lax.stop_gradient((x <= lo + tol) | (x >= hi - tol))
+    return jnp.where(edge, x, root)
+
+
+def value_found_elsewhere(f, value, x):
+    """``value``, which is ``f(x)`` computed elsewhere (in a shared iteration), with the derivative of ``f(x)`` in
+    ``x`` and in whatever ``f`` closes over; ``f`` is traced only where a derivative is asked for."""
+    f_pure, consts = _hoisted(f, x)
+
+    @jax.custom_jvp
+    def known(value, x, consts):
+        del x, consts
+        return value
+
+    @known.defjvp
+    def known_jvp(primals, tangents):
+        value, x, consts = primals
+        _, dx, d_consts = tangents
+        return value, jax.jvp(lambda xx, cc: f_pure(xx, *cc), (x, consts), (dx, d_consts))[1]
+
+    return known(jax.lax.stop_gradient(value), x, tuple(consts))
 
 
 def minimize_on_grid(f, grid, *, refine_steps: int = 40):

@@ -163,8 +163,9 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     whose bimodal "spike and slab" law the continuous saddle point places
     poorly -- the window is rebuilt at ``TILT_FACTORS`` times the saddle point of
     the root and at ``FALLBACK_TILT``, and solved again.  Every candidate is a
-    verified upper bound, so the smallest is returned.  ``screened``: the certified saddle-point
-    epsilon when the caller has it (one of the candidates).
+    verified upper bound, so the smallest is returned.  ``screened``: the screen's
+    :class:`~jaxdp.accountants._saddlepoint.ScreenStage` when the caller has it (its epsilon is one of the candidates,
+    its estimate the window's first reference).
     """
 
     def solve(t, eps_ref):
@@ -185,12 +186,17 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
         best = argmin(eps)
         return jnp.where(jnp.isfinite(eps[best]), tilts[best], jnp.nan)
 
-    if screened is None:
-        screened = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
-    eps_sp = nan_to(screened, jnp.inf)
-    eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
-    eps0 = jnp.where(jnp.isfinite(eps0), eps0, jax.lax.stop_gradient(jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0)))
-    t0 = _cgf.saddle_point(comp, direction, eps0)
+    # the certified saddle-point epsilon and the delta_2 estimate with its saddle point: one solve (the screen's)
+    stage = _saddlepoint.screen_stage(comp, direction, log_delta) if screened is None else screened
+    eps_sp = nan_to(stage.epsilon, jnp.inf)
+    has_estimate = jnp.isfinite(stage.estimate)
+    eps0 = jnp.where(has_estimate, stage.estimate, jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0))
+    eps0 = jax.lax.stop_gradient(eps0)
+    # (where the estimate failed: the screen's tilt, else the Gaussian pair's; the window's bound holds at any tilt)
+    fallback = jnp.where(
+        jnp.isfinite(stage.log_t_screen), stage.log_t_screen, _cgf.guess_log_t_for_epsilon(comp, eps0)
+    )
+    t0 = jnp.exp(jnp.where(has_estimate, stage.log_t, jax.lax.stop_gradient(fallback)))
 
     def solve_or_inf(t, eps_ref):
         run = jnp.isfinite(t)
