@@ -19,14 +19,14 @@ import re
 
 #: (method, form) -> ops measured on 2026-11-28 (JAX 0.10.2)
 MEASURED = {
-    ("certified", "concrete"): 6_620,
+    ("certified", "concrete"): 6_624,
     ("certified", "two_pass"): 11_288,
     ("certified", "user_jit"): 13_842,
     ("characteristic", "concrete"): 5_055,
-    ("characteristic", "user_jit"): 18_906,
-    ("saddlepoint", "concrete"): 8_838,
-    ("saddlepoint", "user_jit"): 8_928,
-    ("saddlepoint", "grad"): 35_648,
+    ("characteristic", "user_jit"): 18_910,
+    ("saddlepoint", "concrete"): 6_592,
+    ("saddlepoint", "user_jit"): 6_593,
+    ("saddlepoint", "grad"): 36_137,
     ("rdp", "concrete"): 2_000,
     ("rdp", "user_jit"): 2_448,
     ("rdp", "grad"): 6_795,

@@ -138,12 +138,27 @@ CURVE_XTOL = 1e-9
 CURVE_PREDICTED_TOL = 1e-7
 
 
-def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, evaluated=False, tol=LOG_DELTA_TOL):
+def iterate_on_curve(
+    point,
+    operands,
+    log_delta,
+    lo,
+    hi,
+    u0,
+    *,
+    max_jump=2.0,
+    evaluated=False,
+    tol=LOG_DELTA_TOL,
+    max_iterations=CURVE_MAX_ITERATIONS,
+    predicted_tol=CURVE_PREDICTED_TOL,
+):
     """The ``u = log t`` on the saddle-point curve where ``point``'s ``log delta(eps(t))`` is ``log_delta``.
 
-    ``point(operands, t) -> (eps, d eps / d u, log delta, aux)`` evaluates an accountant at the curve's point of
-    tilt ``t``.  At small sampling rates ``eps(t)`` is very steep in ``t`` (the rare jumps make ``K''`` large) and
-    ``log delta(eps(t))`` bends sharply there, so a secant in ``u`` needs many steps.  In ``eps`` the same
+    ``point(operands, t) -> (eps, d eps / d u, log delta, d log delta / d u, aux)`` evaluates an accountant at the
+    curve's point of tilt ``t``.  Where it gives ``d log delta / d u`` (finite), the step is Newton's in ``u``
+    (for a smooth, cheap ``log delta``: ``delta_2``'s); where not, as follows.  At small sampling rates ``eps(t)``
+    is very steep in ``t`` (the rare jumps make ``K''`` large) and ``log delta(eps(t))`` bends sharply there, so a
+    secant in ``u`` needs many steps.  In ``eps`` the same
     function is smooth, of slope about ``-t``: each step is a secant in ``eps`` (the first with slope ``-t``),
     mapped back to ``u`` with the curve's slope ``d eps / d u`` at the last point (only a step: every point
     evaluated is on the curve).  A step that leaves an established bracket is a bisection.  A point whose ``eps``
@@ -154,10 +169,12 @@ def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, ev
     loop whose ``point`` is traced once and evaluated on all of their tilts together (each stops on its own).  A
     scalar iteration under a user's ``vmap`` evaluates only the configurations still iterating (``sparse_cond``).
 
-    ``evaluated``: the ``u`` returned is a point evaluated last (no step predicted to land on the root is taken
-    unevaluated, and a last step at the resolution of ``u`` is evaluated in one more iteration), and ``(eps, aux)``
-    of that evaluation come back with it (a caller that needs the accountant at the answer then does not trace
-    ``point`` a second time).  ``tol``: the iteration stops where ``log delta`` is this close to the target.
+    ``evaluated``: the ``u`` returned is a point evaluated last (a last step, predicted to land on the root or at the
+    resolution of ``u``, is evaluated in one more iteration), and ``(eps, aux)`` of that evaluation come back with
+    it (a caller that needs the accountant at the answer then does not trace ``point`` a second time).  ``tol``:
+    the iteration stops where ``log delta`` is this close to the target, ``max_iterations`` after that many
+    evaluations (both may be traced); ``predicted_tol``: or takes a last secant step without evaluating its end
+    where the error predicted there is this small (0: never).
 
     Returns ``(u, iterations, (eps, aux))`` (``(eps, aux)`` of the last evaluation, of the returned ``u`` where
     ``evaluated``).
@@ -165,8 +182,9 @@ def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, ev
     scalar = jnp.ndim(u0) == 0
 
     def at(ops):
-        eps, deps, log_d, aux = point(ops[0], jnp.exp(ops[1]))
-        return eps, deps, jnp.maximum(log_d, -1e8), aux
+        eps, deps, log_d, d_log_d, aux = point(ops[0], jnp.exp(ops[1]))
+        # (for the secant, delta underflowing to 0 far past the root is a finite stand-in)
+        return eps, deps, jnp.where(jnp.isfinite(d_log_d), log_d, jnp.maximum(log_d, -1e8)), d_log_d, aux
 
     def evaluate(u, active):
         if not scalar:
@@ -181,11 +199,11 @@ def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, ev
         return sparse_cond(active, at, skip, (operands, u), true_unless_batched=True)
 
     def cond(state):
-        return (state[0] < CURVE_MAX_ITERATIONS) & ~jnp.all(state[-1])
+        return (state[0] < max_iterations) & ~jnp.all(state[-1])
 
     def body(state):
         i, a, b, u, e_prev, g_prev, dx_old, pending, _, _, stop = state
-        eps, deps, g, aux = evaluate(u, ~stop)
+        eps, deps, g, dg, aux = evaluate(u, ~stop)
         g = g - log_delta
         bad = ~jnp.isfinite(g)
         known = jnp.isfinite(eps)
@@ -194,7 +212,7 @@ def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, ev
         t = jnp.exp(u)
         secant = (g - g_prev) / (eps - e_prev)
         slope = jnp.where(jnp.isfinite(secant) & (secant < 0) & (i > 0), secant, -t)
-        step = g / slope / deps
+        step = jnp.where(jnp.isfinite(dg), g / dg, g / slope / deps)
         u_new = u - step
         # rtsafe's safeguard inside an established bracket: bisect where the step leaves it or fails to halve the
         # step before last (the curve's slope can change by orders of magnitude within a bracket); before both
@@ -207,8 +225,7 @@ def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, ev
         toward = jnp.clip(toward, u - max_jump, u + max_jump)
         # the last secant step is taken without evaluating its end: the secant converges superlinearly, so the
         # error there is about |g| |g / g_prev| (measured: 5e-6 -> 2e-10, 2.6e-5 -> 5e-9)
-        last = (i > 0) & ok & (jnp.abs(g) * jnp.minimum(1.0, jnp.abs(g / g_prev)) <= CURVE_PREDICTED_TOL)
-        last = last & (not evaluated)
+        last = (i > 0) & ok & (jnp.abs(g) * jnp.minimum(1.0, jnp.abs(g / g_prev)) <= predicted_tol)
         u_new = jnp.where(ok, u_new, jnp.where(both, 0.5 * (a + b), jnp.clip(toward, a, b)))
         # done where delta is on target, or the step is at the resolution of u (delta's rounding floor)
         small = jnp.abs(u_new - u) <= CURVE_XTOL * (1.0 + jnp.abs(u))
@@ -234,7 +251,7 @@ def iterate_on_curve(point, operands, log_delta, lo, hi, u0, *, max_jump=2.0, ev
     u0 = jnp.clip(u0, lo, hi)
     zero = jnp.zeros_like(u0)
     shapes = jax.eval_shape(at, (operands, u0))
-    ev0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (shapes[0], shapes[3]))
+    ev0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (shapes[0], shapes[4]))
     no = jnp.zeros(jnp.shape(u0), bool)
     init = (jnp.array(0), lo, hi, u0, zero, zero, 2.0 * (hi - lo), no, u0, ev0, no)
     state = jax.lax.while_loop(cond, body, init)

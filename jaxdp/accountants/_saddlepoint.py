@@ -245,7 +245,7 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
         # the iteration moves back to moderate tilts
         level = jnp.stack([log_d2[0], jnp.where(jnp.isnan(upper[1]), ld - 1.0, upper[1])])
         eps = jnp.stack([eps[0], jnp.where(jnp.isnan(upper[1]), jnp.nan, eps[1])])
-        return eps, deps, level, m
+        return eps, deps, level, jnp.full_like(level, jnp.nan), m
 
     u0 = guess_log_t_for_delta(comp_c, log_delta_c)
     lo, hi = log_t_bracket(u0)
@@ -253,7 +253,9 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
     ops = (comp_c, log_delta_c)
     # (the bound's level to 1e-12: its check then passes at the first margin)
     tol = jnp.array([LOG_DELTA_TOL, 1e-12])
-    u, _, (eps, m) = iterate_on_curve(point, ops, two(log_delta_c), two(lo), two(hi), two(u0), evaluated=True, tol=tol)
+    u, _, (eps, m) = iterate_on_curve(
+        point, ops, two(log_delta_c), two(lo), two(hi), two(u0), evaluated=True, tol=tol, predicted_tol=0.0
+    )
 
     # the bound's root, checked at the moments evaluated there
     u_b = u[1]
