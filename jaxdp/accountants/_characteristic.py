@@ -272,14 +272,15 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
     they then answer with ``MethodInfo.fallback``).
     """
     sg_comp = jax.lax.stop_gradient(comp)
-    est = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
     if unreliable == "nan":  # (no fallback to trace: the search starts from the delta_2 estimate)
+        est = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
         fallback = jnp.nan
         eps0 = jnp.where(jnp.isfinite(est), est, 1.0)
     else:
         # the certified saddle-point epsilon: the fallback, and (above the truth by a few percent
-        # to tens of percent) the starting point of the search
-        fallback = _saddlepoint.epsilon_saddlepoint_upper(comp, direction, log_delta)
+        # to tens of percent) the starting point of the search; the delta_2 estimate from the same solve
+        stage = _saddlepoint.screen_stage(comp, direction, log_delta)
+        fallback, est = stage.epsilon, jax.lax.stop_gradient(stage.estimate)
         eps0 = jax.lax.stop_gradient(fallback)
         # where the certified value is vacuous (inf: its quadrature unresolved) start from the estimate
         eps0 = jnp.where(jnp.isfinite(eps0), eps0, jnp.where(jnp.isfinite(est), est, 1.0))
