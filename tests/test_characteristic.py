@@ -331,6 +331,7 @@ def test_the_entry_points_program_traces_no_certified_start(monkeypatch):
         raise AssertionError("the certified saddle-point epsilon was traced")
 
     monkeypatch.setattr(_saddlepoint, "epsilon_saddlepoint_upper", forbidden)
+    monkeypatch.setattr(_saddlepoint, "screen_stage", forbidden)
     with x64():
         comp = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 1000))
         out = jax.eval_shape(
