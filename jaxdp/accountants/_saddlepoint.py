@@ -8,8 +8,8 @@ estimates, not bounds.
 ``delta_2`` is also the starting point of the other accountants and the base of the certified bound.
 ``"saddlepoint-certified"`` returns ``min(1, delta_2 + bound, Chernoff bound)`` with a Berry-Esseen error
 bound valid at any ``t > 0``, from moments whose quadrature is checked; every epsilon it returns is re-checked,
-and where the moments cannot be resolved the bound is vacuous (delta = 1).  Root solves are bracketed
-Newton iterations in ``log t`` with implicit gradients (``jax.lax.custom_root``).
+and where the moments cannot be resolved the bound is vacuous (delta = 1).  Root solves are iterations in
+``log t`` with implicit gradients (a ``custom_jvp``, traced only where a derivative is asked for).
 
 Derivation and guarantees: ``docs/accountants/saddlepoint.md`` (and ``docs/soundness.md``).
 """
