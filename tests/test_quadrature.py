@@ -196,7 +196,6 @@ def test_implicit_root_gradient_ignores_an_infinite_partial_of_a_constant():
         assert float(jax.grad(root)(1.0)) == pytest.approx(1.0, rel=1e-12)
 
 
-
 def test_a_root_and_a_value_found_elsewhere_carry_the_implicit_derivatives():
     """``root_found_elsewhere`` / ``value_found_elsewhere`` (a root and a value computed in a shared iteration):
     the root of ``a^2 - x`` is ``a^2`` (d/da = 2a), ``x^3 a`` there is ``a^7`` (d/da = 7 a^6), forward and reverse,
@@ -216,6 +215,7 @@ def test_a_root_and_a_value_found_elsewhere_carry_the_implicit_derivatives():
         assert float(jax.jvp(lambda a: chain(a, found(a)), (a,), (1.0,))[1]) == pytest.approx(7 * a**6, rel=1e-12)
         edge = jax.grad(lambda a: root_found_elsewhere(lambda x: a - x, jnp.float64(10.0), -10.0, 10.0))(12.0)
         assert float(edge) == 0.0
+
 
 def test_minimize_on_grid_gradient_is_finite_where_f_is_infinite_off_the_minimum():
     """Regression (review): ``f`` infinite at one grid point (``1/x`` at 0) far from its minimum.  The derivative

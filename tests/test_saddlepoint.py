@@ -287,3 +287,46 @@ def test_terms_are_consistent():
     assert float(r.log_delta_upper) >= float(r.log_delta)
     # vanilla and corrected approximations agree to a few percent at 2000 steps
     assert math.exp(float(r.log_delta_vanilla) - float(r.log_delta)) == pytest.approx(1.0, rel=0.05)
+
+
+def test_the_curve_iteration_returns_the_point_it_evaluated_last():
+    """``iterate_on_curve(evaluated=True)`` on a vector of iterations that stop at different times (staggered
+    tolerances, a cap on evaluations): each returned ``u`` is the tilt of its last evaluation, whose ``aux`` (here the
+    tilt itself) comes back with it.  The toy curve ``eps(t) = t``, ``log delta = -t^2``: roots at t = 2, 3, 4."""
+    import jax.numpy as jnp
+
+    from jaxdp.accountants._cgf import iterate_on_curve
+
+    def point(_, t):
+        return t, t, -t * t, jnp.full_like(t, jnp.nan), t
+
+    with x64():
+        target = -jnp.array([4.0, 9.0, 16.0])
+        lo, hi = jnp.full(3, -5.0), jnp.full(3, 5.0)
+        for cap in (1, 2, 3, 40):
+            u, _, (eps, t) = iterate_on_curve(
+                point, None, target, lo, hi, jnp.zeros(3), evaluated=True, tol=jnp.array([1e-3, 1e-9, 1e-12]),
+                max_iterations=cap,
+            )
+            np.testing.assert_array_equal(np.exp(np.asarray(u)), np.asarray(t))
+            np.testing.assert_array_equal(np.asarray(eps), np.asarray(t))
+        np.testing.assert_allclose(np.asarray(t), [2.0, 3.0, 4.0], rtol=1e-3)
+
+
+@pytest.mark.parametrize(("sigma", "q", "steps", "delta"), [(1.1, 0.01, 1000, 1e-5), (0.7, 0.1, 30, 1e-10)])
+def test_the_screens_epsilon_passes_a_check_made_afresh(sigma, q, steps, delta):
+    """The certified saddle-point epsilon of the shared solve (``screen_stage``), checked from scratch: the certified
+    delta at it, at the tilt the solve reports and from moments evaluated anew, is at most the target; its estimate
+    is below it."""
+    import jax.numpy as jnp
+
+    with x64():
+        comp = to_f64(as_composition(jaxdp.PoissonSubsampledGaussian(sigma, q), steps))
+        log_delta = jnp.float64(math.log(delta))
+        stage = jax.jit(_saddlepoint.screen_stage, static_argnums=1)(comp, "remove", log_delta)
+        assert math.isfinite(float(stage.epsilon))
+        again = jax.jit(_saddlepoint.certified_log_delta_at, static_argnums=1)(
+            comp, "remove", jnp.exp(stage.log_t_screen), stage.epsilon
+        )
+        assert float(again) <= math.log(delta)
+        assert 0.0 < float(stage.estimate) < float(stage.epsilon)

@@ -106,7 +106,7 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
     def one(worst, c, d, a):
         if screen is None:
             return _larger(worst, get(info)(c, d, a))
-        if reuse is not None and screen.epsilon_stage is not None:
+        if reuse is not None and info.given_screen_stage:
             stage = screen.epsilon_stage(c, d, a)
             cheap = stage.epsilon
         else:

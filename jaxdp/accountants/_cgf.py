@@ -163,7 +163,8 @@ def iterate_on_curve(
     mapped back to ``u`` with the curve's slope ``d eps / d u`` at the last point (only a step: every point
     evaluated is on the curve).  A step that leaves an established bracket is a bisection.  A point whose ``eps``
     is not finite but whose ``log delta`` is (a bound that could not be checked there, reported as past the root)
-    moves the iteration toward the bracket's middle; a non-finite ``log delta`` stops it with ``u = NaN``.
+    gives no step: the iteration moves toward the bracket's middle (at most ``max_jump``); a non-finite ``log
+    delta`` stops it with ``u = NaN``.
 
     Vectorised: ``log_delta``, ``lo``, ``hi`` and ``u0`` may be arrays of one shape, independent iterations in one
     loop whose ``point`` is traced once and evaluated on all of their tilts together (each stops on its own).  A
@@ -237,7 +238,7 @@ def iterate_on_curve(
         stop_new = done | small
         if evaluated:  # a step into the answer is evaluated in one more iteration, which then stops there
             stop_new = pending | (stop_new & ~((u_new != u) & jnp.isfinite(u_new)))
-            u_new = jnp.where(pending, u, u_new)
+            u_new = jnp.where(pending, jnp.where(bad, jnp.nan, u), u_new)
             pending_new = ~stop_new & (done | small)
         else:
             pending_new = pending

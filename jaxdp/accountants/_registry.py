@@ -53,10 +53,12 @@ class MethodInfo:
         under it for concrete inputs, they may answer NaN instead of tracing a branch few inputs take (a second
         pass, a last-resort bound), and the entry points then run the full program (compiled only then).
       epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
-        ``epsilon`` given what the screen computed for the same direction: its ``epsilon_stage`` where it has
-        one, else its epsilon (a method that uses it need not trace that work again).
+        ``epsilon`` given the screen's epsilon of the same direction (already computed for the second direction; a
+        method that uses it need not trace it again), or its whole stage with ``given_screen_stage``.
       epsilon_stage: for a screen, optional ``(composition, direction, log_delta) -> stage``, a pytree whose
-        ``epsilon`` field is the method's epsilon and whose other fields a screened method reuses.
+        ``epsilon`` field is the method's epsilon and whose other fields a screened method may reuse.
+      given_screen_stage: ``epsilon_given_screen`` receives the screen's ``epsilon_stage`` (the screen must have
+        one), not its epsilon.
     """
 
     name: str
@@ -70,6 +72,7 @@ class MethodInfo:
     calibration_nudge: float = 3e-6
     epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
     epsilon_stage: Callable | None = dataclasses.field(default=None, repr=False)
+    given_screen_stage: bool = False
     direction_as_data: bool = False
     fallback: str | None = None
     log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)

@@ -245,7 +245,7 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
         # the iteration moves back to moderate tilts
         level = jnp.stack([log_d2[0], jnp.where(jnp.isnan(upper[1]), ld - 1.0, upper[1])])
         eps = jnp.stack([eps[0], jnp.where(jnp.isnan(upper[1]), jnp.nan, eps[1])])
-        return eps, deps, level, jnp.full_like(level, jnp.nan), m
+        return eps, deps, level, jnp.full_like(level, jnp.nan), (m, t)
 
     u0 = guess_log_t_for_delta(comp_c, log_delta_c)
     lo, hi = log_t_bracket(u0)
@@ -253,13 +253,13 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
     ops = (comp_c, log_delta_c)
     # (the bound's level to 1e-12: its check then passes at the first margin)
     tol = jnp.array([LOG_DELTA_TOL, 1e-12])
-    u, _, (eps, m) = iterate_on_curve(
+    u, _, (eps, (m, t_ev)) = iterate_on_curve(
         point, ops, two(log_delta_c), two(lo), two(hi), two(u0), evaluated=True, tol=tol, predicted_tol=0.0
     )
 
-    # the bound's root, checked at the moments evaluated there
+    # the bound's root, checked at the moments evaluated there (at that very tilt: the evaluation's own ``t``)
     u_b = u[1]
-    t_b = jnp.exp(u_b)
+    t_b = jnp.where(jnp.isfinite(u_b), t_ev[1], jnp.nan)
     m_b = jax.tree.map(lambda x: x[1], m)
 
     def g(v):  # the bound's root condition, as the iteration solved it (traced only for a derivative)
@@ -270,17 +270,18 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
     eps_d = value_found_elsewhere(lambda v: _certified_upper(comp, direction, jnp.exp(v))[0], eps[1], u_d)
     out = _verified_epsilon(comp_c, direction, log_delta_c, jnp.maximum(eps_d, 0.0), t_b, m_b)
 
-    # the estimate's saddle point, with the derivative of the saddle point of its (fixed) epsilon
-    estimate = jnp.maximum(eps[0], 0.0)
-    estimate = jnp.where(jnp.isfinite(u[0]), estimate, jnp.nan)
+    # the estimate's saddle point, with the derivative of the saddle point of its (fixed) epsilon; none from moments
+    # the quadrature did not resolve (the callers then fall back to the bound's tilt)
+    has_estimate = jnp.isfinite(u[0]) & m.resolved[0]
+    estimate = jnp.where(has_estimate, jnp.maximum(eps[0], 0.0), jnp.nan)
 
     def h(v):  # decreasing in v = log t
         t = jnp.exp(v)
         _, k1 = k01(comp, direction, t)
         return -(k1 - estimate - 1.0 / t - 1.0 / (1.0 + t))
 
-    log_t = root_found_elsewhere(h, jnp.where(jnp.isfinite(u[0]), u[0], u0), lo, hi)
-    return ScreenStage(out, estimate, jnp.where(jnp.isfinite(u[0]), log_t, jnp.nan), u_b)
+    log_t = root_found_elsewhere(h, jnp.where(has_estimate, u[0], u0), lo, hi)
+    return ScreenStage(out, estimate, jnp.where(has_estimate, log_t, jnp.nan), u_b)
 
 
 def epsilon_saddlepoint(comp, direction, log_delta):

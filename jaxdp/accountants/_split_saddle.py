@@ -988,19 +988,6 @@ def _fused_at(mech, n, direction, t, eps=None, split=SPLIT, nodes=None):
     return eps, shape, terms
 
 
-def _split_point_on_curve(comp, direction, t):
-    """``(eps(t), d eps / d log t, (first, second))``: the split estimate at the point of the saddle-point
-    curve with tilt ``t``."""
-    single = _single_part(comp)
-    if single is not None:
-        eps, shape, terms = _fused_at(*single, direction, t)
-        k2 = shape.bulk[1] + shape.jumps * shape.swap[1]  # (not the composed K'': only a step size depends on it)
-        k2 = k2 + shape.jumps * (1.0 - shape.jumps / shape.steps) * shape.swap[0] ** 2
-        return eps, curve_slope(t, k2), terms
-    eps, deps = jax.jvp(lambda u: eps_on_curve(comp, direction, jnp.exp(u)), (jnp.log(t),), (jnp.ones_like(t),))
-    return eps, deps, _log_delta_at(comp, direction, t, eps)[1]
-
-
 #: nodes per window of the rule of the cumulants where no step can jump (no sigmoid to resolve)
 NOJUMP_NODES = 64
 
@@ -1024,12 +1011,6 @@ def _nojump_cumulants(comp, direction, t):
 def _nojump_terms(k0, kappa, t, eps):
     first, second = _log_terms(k0, kappa, t, eps)
     return jnp.minimum(first, 0.0), jnp.minimum(second, 0.0)
-
-
-def _nojump_point_on_curve(comp, direction, t):
-    k0, kappa = _nojump_cumulants(comp, direction, t)
-    eps = kappa[0] - 1.0 / t - 1.0 / (1.0 + t)
-    return eps, curve_slope(t, kappa[1]), _nojump_terms(k0, kappa, t, eps)
 
 
 def _by_jumps(comp, direction, split_fn, nojump_fn, *args):

@@ -218,7 +218,8 @@ def root_found_elsewhere(f, x, lo, hi):
     """``x``, a root of the decreasing scalar ``f`` on ``[lo, hi]`` that the caller found in an iteration of its own
     (one shared with other work), with the implicit derivative :func:`solve_decreasing` gives its root.
 
-    ``f`` is traced only where a derivative is asked for.  As there, a root at the bracket's edge is a constant.
+    ``f`` is traced to a jaxpr here, but enters the program only where a derivative is asked for.  As there, a root
+    at the bracket's edge is a constant.
     """
     x = jax.lax.stop_gradient(x)
     f_pure, consts = _hoisted(f, x)
@@ -230,7 +231,7 @@ def root_found_elsewhere(f, x, lo, hi):
 
 def value_found_elsewhere(f, value, x):
     """``value``, which is ``f(x)`` computed elsewhere (in a shared iteration), with the derivative of ``f(x)`` in
-    ``x`` and in whatever ``f`` closes over; ``f`` is traced only where a derivative is asked for."""
+    ``x`` and in whatever ``f`` closes over; ``f`` enters the program only where a derivative is asked for."""
     f_pure, consts = _hoisted(f, x)
 
     @jax.custom_jvp

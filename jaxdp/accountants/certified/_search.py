@@ -266,6 +266,7 @@ METHODS = (
         screen="saddlepoint-certified",
         calibration_nudge=3e-6,
         staged=True,
+        given_screen_stage=True,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
     ),
     MethodInfo(
@@ -278,6 +279,7 @@ METHODS = (
         screen="saddlepoint-certified",
         calibration_nudge=3e-5,
         staged=True,
+        given_screen_stage=True,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
     ),
 )
