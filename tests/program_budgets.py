@@ -19,11 +19,11 @@ import re
 
 #: (method, form) -> ops measured on 2026-11-28 (JAX 0.10.2)
 MEASURED = {
-    ("certified", "concrete"): 6_624,
-    ("certified", "two_pass"): 11_288,
-    ("certified", "user_jit"): 13_842,
+    ("certified", "concrete"): 6_627,
+    ("certified", "two_pass"): 11_295,
+    ("certified", "user_jit"): 13_849,
     ("characteristic", "concrete"): 5_055,
-    ("characteristic", "user_jit"): 18_910,
+    ("characteristic", "user_jit"): 18_913,
     ("saddlepoint", "concrete"): 6_592,
     ("saddlepoint", "user_jit"): 6_593,
     ("saddlepoint", "grad"): 36_137,
