@@ -163,8 +163,9 @@ def iterate_on_curve(
     mapped back to ``u`` with the curve's slope ``d eps / d u`` at the last point (only a step: every point
     evaluated is on the curve).  A step that leaves an established bracket is a bisection.  A point whose ``eps``
     is not finite but whose ``log delta`` is (a bound that could not be checked there, reported as past the root)
-    gives no step: the iteration moves toward the bracket's middle (at most ``max_jump``); a non-finite ``log
-    delta`` stops it with ``u = NaN``.
+    gives no step, nor does a ``log delta`` floored at -1e8 (delta underflowing far past the root) where the step
+    is a secant: the iteration moves toward the bracket's middle (at most ``max_jump``); a non-finite ``log delta``
+    stops it with ``u = NaN``.
 
     Vectorised: ``log_delta``, ``lo``, ``hi`` and ``u0`` may be arrays of one shape, independent iterations in one
     loop whose ``point`` is traced once and evaluated on all of their tilts together (each stops on its own).  A
@@ -184,8 +185,10 @@ def iterate_on_curve(
 
     def at(ops):
         eps, deps, log_d, d_log_d, aux = point(ops[0], jnp.exp(ops[1]))
-        # (for the secant, delta underflowing to 0 far past the root is a finite stand-in)
-        return eps, deps, jnp.where(jnp.isfinite(d_log_d), log_d, jnp.maximum(log_d, -1e8)), d_log_d, aux
+        # for the secant, delta underflowing to 0 far past the root is a finite stand-in, which gives no step (its
+        # eps reads as unknown: the iteration moves toward the bracket's middle, as from an unchecked point)
+        floored = ~jnp.isfinite(d_log_d) & (log_d <= -1e8)
+        return jnp.where(floored, jnp.nan, eps), deps, jnp.where(floored, -1e8, log_d), d_log_d, aux
 
     def evaluate(u, active):
         if not scalar:
@@ -221,8 +224,8 @@ def iterate_on_curve(
         # lands far off the curve's steep part, and took ~10 more evaluations to come back)
         both = (a > lo) & (b < hi)
         inside = jnp.isfinite(u_new) & (u_new > a) & (u_new < b)
-        ok = inside & (~both | (2.0 * jnp.abs(step) <= dx_old))
-        toward = jnp.where(jnp.isfinite(u_new), u_new, jnp.where(known, u, 0.5 * (a + b)))
+        ok = inside & known & (~both | (2.0 * jnp.abs(step) <= dx_old))
+        toward = jnp.where(known & jnp.isfinite(u_new), u_new, jnp.where(known, u, 0.5 * (a + b)))
         toward = jnp.clip(toward, u - max_jump, u + max_jump)
         # the last secant step is taken without evaluating its end: the secant converges superlinearly, so the
         # error there is about |g| |g / g_prev| (measured: 5e-6 -> 2e-10, 2.6e-5 -> 5e-9)
