@@ -233,19 +233,7 @@ def value_found_elsewhere(f, value, x):
     """``value``, which is ``f(x)`` computed elsewhere (in a shared iteration), with the derivative of ``f(x)`` in
     ``x`` and in whatever ``f`` closes over; ``f`` enters the program only where a derivative is asked for."""
     f_pure, consts = _hoisted(f, x)
-
-    @jax.custom_jvp
-    def known(value, x, consts):
-        del x, consts
-        return value
-
-    @known.defjvp
-    def known_jvp(primals, tangents):
-        value, x, consts = primals
-        _, dx, d_consts = tangents
-        return value, jax.jvp(lambda xx, cc: f_pure(xx, *cc), (x, consts), (dx, d_consts))[1]
-
-    return known(jax.lax.stop_gradient(value), x, tuple(consts))
+    return _value_with_derivative(f_pure, value, x, consts, in_x=True)
 
 
 def minimize_on_grid(f, grid, *, refine_steps: int = 40):
@@ -306,8 +294,9 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
     return _value_with_derivative(f_pure, value, x_best, consts), x_best
 
 
-def _value_with_derivative(f_pure, value, x, consts):
-    """``value`` (``f_pure(x, *consts)``, already computed) with the derivative of ``f_pure`` in ``consts``."""
+def _value_with_derivative(f_pure, value, x, consts, *, in_x=False):
+    """``value`` (``f_pure(x, *consts)``, already computed) with the derivative of ``f_pure`` in ``consts``, and in
+    ``x`` too where ``in_x`` (else ``x`` is held fixed: the envelope theorem at a minimiser)."""
 
     @jax.custom_jvp
     def known(value, x, consts):
@@ -317,10 +306,12 @@ def _value_with_derivative(f_pure, value, x, consts):
     @known.defjvp
     def known_jvp(primals, tangents):
         value, x, consts = primals
-        _, _, d_consts = tangents
+        _, dx, d_consts = tangents
+        if in_x:
+            return value, jax.jvp(lambda xx, cc: f_pure(xx, *cc), (x, consts), (dx, d_consts))[1]
         return value, jax.jvp(lambda cc: f_pure(x, *cc), (consts,), (d_consts,))[1]
 
-    return known(jax.lax.stop_gradient(value), jax.lax.stop_gradient(x), tuple(consts))
+    return known(jax.lax.stop_gradient(value), x if in_x else jax.lax.stop_gradient(x), tuple(consts))
 
 
 def safeguarded_newton(vsa, lo, hi, x0, ftol, xtol=0.0, max_iterations=60):
