@@ -255,14 +255,14 @@ def _jaxdp_code_only(info, comp) -> bool:
 
 
 def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
-    """:func:`epsilon_of_composition` of concrete inputs, run as the entry points run it (a staged method's light
-    program first, every program kept by ``program_cache``), in its internal form (no fallback, NaN unmapped): the
-    calibrators' host-side checks.  No validation (the caller's inputs are valid)."""
+    """:func:`epsilon_for_delta` of concrete inputs without its validation (the caller's inputs are valid): the
+    same programs (a staged method's light one first, a fallback's only where needed, each kept by
+    ``program_cache``), so that the calibrators' host-side searches and checks share a first query's compiles."""
     info = method_info(method)
     comp = to_f64(as_composition(mechanism, num_steps))
     args = (comp, jnp.asarray(delta, jnp.float64))
-    static = {"method": info.name, "facts": of_concrete(mechanism, num_steps)}
-    return float(_staged(info, _epsilon_jit, epsilon_of_composition, args, static, _jaxdp_code_only(info, comp)))
+    return float(_run(info, of_concrete(mechanism, num_steps), args, _epsilon_jit, epsilon_of_composition,
+                      _epsilon_fallback_jit))
 
 
 def _any_nan(value) -> bool:

@@ -1,13 +1,9 @@
 """Calibration: the noise multiplier, sampling probability or number of steps for a budget.
 
-Each calibration is two solves, both compiled:
+Each calibration is two solves:
 
-1. **Search** with a fast, differentiable *estimate* (``method``, by default the
-   characteristic-function accountant, ~1e-6 relative): a safeguarded Newton
-   iteration on the log of the parameter, using the accountant's own derivative
-   (a bracket guards every step), started from the Gaussian approximation and
-   the saddle-point estimate, so the estimate itself is usually evaluated once
-   (its Newton step is then below ``METHOD_XTOL``).
+1. **Search** with a fast *estimate* (``method``, by default the characteristic-function
+   accountant, ~1e-6 relative) for the parameter whose estimated epsilon is the target.
 2. **Never overshoot**: the answer is checked with a *certified* accountant
    (``certify``, by default ``"certified-fast"``: the certified construction on a
    coarser lattice, a proven bound) and moved, by the least amount the measured
@@ -16,13 +12,17 @@ Each calibration is two solves, both compiled:
    that one certified evaluation usually suffices.  The number of steps is the largest whole count
    that passes, between a passing and a failing count (usually the estimate's count and the next).
 
+Concrete inputs run both on the host, over the accountants' per-query programs (a secant search
+started from the Gaussian pair, :func:`_host_one`): a first calibration compiles what a first
+query of each method compiles.  Traced inputs run one program: a safeguarded Newton iteration on
+the estimate with its own derivative (:func:`_solve`), then the same check as a ``while_loop``.
+
 Gradients of the calibrated value with respect to the target epsilon, delta
 and the fixed hyperparameters are implicit (implicit function theorem on the
 estimate's equation ``eps_est(x) = target``, as a custom JVP: free unless asked
-for); the certification shift is held constant.  Every function accepts arrays (broadcast together) and runs them in
-one compiled call (``lax.map``: sequential, so that each configuration keeps
-its own iteration count and the certified accountant its cheap branches); the
-functions can also be ``jax.vmap``-ped or ``jax.jit``-ted.
+for); the certification shift is held constant.  Every function accepts arrays
+(broadcast together; traced ones run in one compiled ``lax.map``); the functions
+can also be ``jax.vmap``-ped or ``jax.jit``-ted.
 
 The method in full: ``docs/calibration.md``.
 """
@@ -49,7 +49,6 @@ from jaxdp.numerics import (
     float64_scope,
     implicit_root,
     nan_to,
-    program_cache,
     pytree_dataclass,
     safeguarded_newton,
     to_f64,
@@ -67,6 +66,8 @@ __all__ = [
 ]
 
 METHOD_XTOL = 3e-4  # the estimate's Newton stops once its step (in log parameter) is below this
+HOST_XTOL = 1e-9  # the host search's secant stops once its step (in log parameter) is below this
+HOST_EVALUATIONS = 60  # the host search's evaluations at most (about six, usually)
 LINEAR_REACH = 1e-3  # the reported estimate is linearised from the search up to this (log) distance
 CERTIFY_ROUNDS = 12  # certified evaluations at most (one, usually)
 CERTIFY_XTOL = 2e-5  # the check stops within this (log-parameter) distance of the last failing point
@@ -413,7 +414,8 @@ def _status(infeasible, ok, at_limit):
 
 
 def _run(solved_for, batch, inputs, method, certify, **static):
-    """Validated inputs -> broadcast, flattened -> one compiled ``lax.map`` -> :class:`CalibrationResult`.
+    """Validated inputs -> broadcast, flattened -> the host's calibration (concrete) or one compiled ``lax.map``
+    (traced) -> :class:`CalibrationResult`.
 
     ``inputs`` maps names to values in the order ``batch`` takes them (``target_epsilon`` and
     ``delta`` first, then the fixed hyperparameters); the result's other hyperparameters come
@@ -424,10 +426,11 @@ def _run(solved_for, batch, inputs, method, certify, **static):
     arrays = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in inputs.values()))
     shape = arrays[0].shape
     flat = tuple(a.reshape(-1) for a in arrays)
-    if cert is not None and _validate.is_concrete(flat):
-        value, eps_e, eps_c, iters, status = _host_certified(solved_for, batch, flat, info.name, cert, **static)
+    if _validate.is_concrete(flat):
+        value, eps_e, eps_c, iters, status = _host_calibration(solved_for, flat, info.name, cert, **static)
     else:
-        value, eps_e, eps_c, iters, status = _run_batch(batch, flat, method=info.name, certify=cert, **static)
+        core = batch.__name__
+        value, eps_e, eps_c, iters, status = _batch_jit(flat, core=core, method=info.name, certify=cert, **static)
     known = dict(zip(inputs, arrays))
     known[solved_for] = value.reshape(shape)
     nan = jnp.asarray(jnp.nan, jnp.float64)
@@ -460,13 +463,6 @@ def _batch(flat, *, core, method, certify, mechanism=None):
 _batch_jit = jax.jit(_batch, static_argnames=("core", "method", "certify", "mechanism"))
 
 
-def _run_batch(core, flat, *, method, certify, mechanism=None):
-    """:func:`_batch_jit`, kept on disk by ``program_cache`` for concrete inputs (not with a user's ``mechanism``
-    function: its code is not in the key)."""
-    static = {"core": core.__name__, "method": method, "certify": certify, "mechanism": mechanism}
-    return program_cache.call(_batch_jit, _batch, (flat,), static, keep=mechanism is None)
-
-
 def _certified_name(certify):  # (certify="evr" is handled before, by _evr_calibration)
     info = _accountant.method_info(certify)
     if not info.certified:
@@ -474,74 +470,167 @@ def _certified_name(certify):  # (certify="evr" is handled before, by _evr_calib
     return info.name
 
 
-# -- host-staged certification (concrete inputs) ---------------------------------------------------
+# -- host-staged calibration (concrete inputs) -----------------------------------------------------
 
-#: ``certify=_HOST`` makes a core stop after the estimate's search and return :class:`_Search`
-_HOST = "<host>"
-
-
-class _Search(NamedTuple):
-    """The estimate's answer before certification: the (log) parameter or the whole count, its upper limit, the
-    search's iterations, whether the root lies below / above the range, and its last evaluation."""
-
-    x: jax.Array
-    hi: jax.Array
-    iterations: jax.Array
-    below: jax.Array
-    above: jax.Array
-    last: tuple
-
-
-def _search_of(x, hi, root: _Root) -> _Search:
-    return _Search(x, hi, root.iterations, root.below, root.above, jax.lax.stop_gradient(root.last))
-
-
-def _host_certified(solved_for, core, flat, method, certify, mechanism=None):
-    """A calibration of concrete inputs: the estimate's search as one compiled program (all configurations), then
-    the certification on the host, one configuration at a time, through the certified method's own entry point.
-
-    The certified program is the one a plain ``epsilon_for_delta`` query compiles (its light form first, see
-    ``accountants/_staging.py``), shared with every other query of the process and kept on disk by
-    ``program_cache``; in one program with the search it was compiled anew for every calibration, in full.  The
-    steps and decisions are those of :func:`_certify` and :func:`_largest_certified_count`, in float64 on the host.
-    """
-    search = jax.tree.map(np.asarray, _run_batch(core, flat, method=method, certify=_HOST, mechanism=mechanism))
-    inputs = [np.asarray(a) for a in flat]
-    rows = [_host_one(solved_for, [a[i] for a in inputs], jax.tree.map(lambda x, i=i: x[i], search), method, certify,
-                      mechanism) for i in range(len(inputs[0]))]
+def _host_calibration(solved_for, flat, method, certify, mechanism=None):
+    """A calibration of concrete inputs on the host, one configuration at a time: the estimate's search and the
+    certification are host-side iterations over the accountants' own per-query programs (``epsilon_for_delta``'s,
+    compiled once per process and kept on disk by ``program_cache``), so a first calibration compiles what a
+    first query of each method compiles, and nothing else.  One compiled search (:func:`_batch`) traced the
+    estimate with its derivative into a program of its own, then compiled the certified program too."""
+    inputs = [np.asarray(a, np.float64) for a in flat]
+    rows = [_host_one(solved_for, [float(a[i]) for a in inputs], method, certify, mechanism)
+            for i in range(len(inputs[0]))]
     return tuple(jnp.asarray(np.array(col), dt) for col, dt in zip(zip(*rows), (jnp.float64,) * 3 + (jnp.int64,) * 2))
 
 
-def _host_one(solved_for, args, search: _Search, method, certify, mechanism):
-    target, delta = float(args[0]), float(args[1])
+def _host_one(solved_for, args, method, certify, mechanism):
+    """One configuration: ``(value, estimate's epsilon, certified epsilon, evaluations, status)``."""
+    target, delta = args[0], args[1]
+    mu2 = _gaussian_mu(target, delta) ** 2  # the Gaussian pair's: the searches start from it
+    known = {}
 
-    def epsilon(x, name):  # (x: the log parameter, or the count)
-        if solved_for == "noise_multiplier":
-            sampling_prob, num_steps = args[2], args[3]
-            mech = (mechanism or (lambda s: _psg_family(s, sampling_prob)))(math.exp(x))
-        elif solved_for == "sampling_prob":
-            mech, num_steps = PoissonSubsampledGaussian(args[2], math.exp(-x)), args[3]
-        else:
-            mech, num_steps = PoissonSubsampledGaussian(args[2], args[3]), x
-        eps = _accountant.epsilon_of_concrete(mech, num_steps=num_steps, delta=delta, method=name)
-        return math.inf if math.isnan(eps) else eps
+    def epsilon(x, name):  # (x: the log parameter, or the count; each evaluation once)
+        if (x, name) not in known:
+            mech, num_steps = mechanism_at(x)
+            eps = _accountant.epsilon_of_concrete(mech, num_steps=num_steps, delta=delta, method=name)
+            known[x, name] = math.inf if math.isnan(eps) else eps
+        return known[x, name]
 
-    below, above = bool(search.below), bool(search.above)
     if solved_for == "num_steps":
-        count, eps_c, rounds, ok = _host_largest_count(lambda m: epsilon(m, certify), float(search.x), target,
-                                                       float(search.hi))
-        infeasible = below | (count < 1)
-        at_limit = ok & (count >= float(search.hi))
-        eps_e = _host_estimate_at(math.log(max(count, 1.0)), search.last, target,
-                                  lambda v: epsilon(math.exp(v), method))
+        sigma, q, max_steps = args[2], args[3], args[4]
+
+        def mechanism_at(m):
+            return PoissonSubsampledGaussian(sigma, q), m
+
+        n0 = min(max(math.floor(mu2 / _gaussian_mu2_of(PoissonSubsampledGaussian(sigma, q), 1.0)), 1.0), max_steps)
+        n, _, evals, found = _host_largest_count(lambda m: epsilon(m, method), n0, target, max_steps,
+                                                 rounds=HOST_EVALUATIONS)
+        if not found:  # even one step exceeds the budget
+            return math.nan, epsilon(1.0, method), math.nan, evals, int(INFEASIBLE)
+        if certify is None:
+            return n, epsilon(n, method), math.nan, evals, _host_status(False, True, n >= max_steps)
+        count, eps_c, rounds, ok = _host_largest_count(lambda m: epsilon(m, certify), n, target, max_steps)
+        infeasible = count < 1
         value = math.nan if infeasible else count
-        return value, eps_e, eps_c, int(search.iterations) + rounds, _host_status(infeasible, ok, at_limit)
-    nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
-    x_c, eps_c, rounds, ok = _host_certify(lambda x: epsilon(x, certify), float(search.x), target, float(search.hi),
-                                           nudge)
-    eps_e = _host_estimate_at(x_c, search.last, target, lambda v: epsilon(v, method))
-    value = math.nan if above else (math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c))
-    return value, eps_e, eps_c, int(search.iterations) + rounds, _host_status(above, ok, below)
+        eps_e = epsilon(max(count, 1.0), method)
+        return value, eps_e, eps_c, evals + rounds, _host_status(infeasible, ok, ok and count >= max_steps)
+
+    if solved_for == "noise_multiplier":
+        q, num_steps = args[2], args[3]
+        family = mechanism or (lambda s: _psg_family(s, q))
+        lo, hi, slope = math.log(SIGMA_MIN), math.log(args[4]), -2.0  # x = log sigma
+
+        def mechanism_at(x):
+            return family(math.exp(x)), num_steps
+
+    else:  # sampling_prob
+        sigma, num_steps = args[2], args[3]
+        lo, hi, slope = 0.0, -math.log(SAMPLING_PROB_MIN), -1.0  # x = -log q
+
+        def mechanism_at(x):
+            return PoissonSubsampledGaussian(sigma, math.exp(-x)), num_steps
+
+    def log_mu2_gap(x):
+        mech, num_steps = mechanism_at(x)
+        return math.log(max(_gaussian_mu2_of(mech, num_steps), 1e-300)) - math.log(mu2)
+
+    # the start: the Gaussian pair with the composition's K(1) (one small program), to 1e-3
+    x0, evals0, _, _ = _host_root(log_mu2_gap, lo, hi, 0.5 * (lo + hi), slope=-2.0, xtol=1e-3)
+    x, evals, below, above = _host_root(lambda v: _host_gap(epsilon(v, method), target), lo, hi, x0, slope=slope,
+                                        xtol=HOST_XTOL)
+    evals += evals0
+    if above:  # even the largest noise (the smallest rate) exceeds the budget
+        return math.nan, epsilon(hi, method), math.nan, evals, int(INFEASIBLE)
+    if certify is None:
+        x_c, eps_c, rounds, ok = x, math.nan, 0, True
+    else:
+        nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
+        x_c, eps_c, rounds, ok = _host_certify(lambda v: epsilon(v, certify), x, target, hi, nudge)
+    value = math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c)
+    return value, epsilon(x_c, method), eps_c, evals + rounds, _host_status(False, ok, below)
+
+
+def _host_root(g, lo, hi, x0, *, slope, xtol, max_evaluations=HOST_EVALUATIONS):
+    """Root of the decreasing ``g`` on ``[lo, hi]``, on the host: secant steps (the first by the guessed
+    ``slope``), none longer than 2, each kept strictly inside the bracket of the points evaluated so far (a
+    bisection, or a step of 2 away from the one side known, where it is not, or where ``g`` is not finite: NaN
+    reads as positive, too little noise).  Stops once a secant step is at most ``xtol`` (the step is taken:
+    the secant's error after it is far smaller).
+
+    Returns ``(x, evaluations, below, above)``: ``below`` when ``g(lo) <= 0`` (``x = lo``), ``above`` when
+    ``g(hi) > 0`` (``x = hi``).
+    """
+    a = b = None  # the largest point with g > 0, the smallest with g <= 0
+    prev = None  # the last finite evaluation, for the secant
+    x = min(max(x0, lo), hi)
+    for i in range(1, max_evaluations + 1):
+        gx = g(x)
+        positive = not gx <= 0.0  # (NaN included)
+        if positive:
+            a = x
+            if x >= hi:
+                return hi, i, False, True
+        else:
+            b = x
+            if x <= lo:
+                return lo, i, True, False
+            if gx == 0.0:
+                return x, i, False, False
+        step = None
+        if math.isfinite(gx):
+            s = slope if prev is None or prev[0] == x else (gx - prev[1]) / (x - prev[0])
+            step = -gx / s if s < 0 else None
+            prev = (x, gx)
+        new = None if step is None else min(max(x + min(max(step, -2.0), 2.0), lo), hi)
+        if new is not None and (a is None or new > a) and (b is None or new < b):
+            if abs(new - x) <= xtol:
+                return new, i, False, False
+        elif a is not None and b is not None:
+            new = 0.5 * (a + b)
+        else:
+            new = min(a + 2.0, hi) if a is not None else max(b - 2.0, lo)
+        if a is not None and b is not None and b - a <= xtol:
+            return new, i, False, False
+        x = new
+    return x, max_evaluations, False, False
+
+
+def _log_ndtr_host(x):
+    """``log Phi(x)`` on the host (to ~1e-10 relative below -30: only a start)."""
+    if x > -30.0:
+        return math.log(0.5 * math.erfc(-x / math.sqrt(2.0)))
+    r = 1.0 / (x * x)
+    return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2.0 * math.pi) + math.log1p(-r + 3.0 * r * r - 15.0 * r**3)
+
+
+def _gaussian_log_delta(eps, mu):
+    """``log delta(eps)`` of the Gaussian pair ``N(mu, 1)`` vs ``N(0, 1)``, on the host."""
+    la = _log_ndtr_host(-eps / mu + 0.5 * mu)
+    z = eps + _log_ndtr_host(-eps / mu - 0.5 * mu) - la
+    if z >= 0.0:
+        return -math.inf
+    return la + (math.log(-math.expm1(z)) if z > -math.log(2.0) else math.log1p(-math.exp(z)))
+
+
+def _gaussian_mu(eps, delta):
+    """The ``mu`` whose Gaussian pair has ``delta(eps) = delta`` (bisection in ``log mu``, on the host)."""
+    lo, hi, log_delta = math.log(1e-8), math.log(1e4), math.log(delta)
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _gaussian_log_delta(eps, math.exp(mid)) > log_delta:
+            hi = mid
+        else:
+            lo = mid
+    return math.exp(0.5 * (lo + hi))
+
+
+_gaussian_mu2_jit = jax.jit(lambda comp: comp.gaussian_mu2())
+
+
+def _gaussian_mu2_of(mechanism, num_steps):
+    """The composition's ``K(1)`` (``mu^2`` of the Gaussian pair with the same): one small program per structure."""
+    return float(_gaussian_mu2_jit(to_f64(as_composition(mechanism, num_steps))))
 
 
 def _host_status(infeasible, ok, at_limit):
@@ -574,11 +663,12 @@ def _host_certify(eps_cert, x, target, max_x, nudge):
     return b, eb, i, have_b
 
 
-def _host_largest_count(eps_cert, n, target, max_steps):
-    """:func:`_largest_certified_count` on the host (the same steps, numpy's float64 semantics for inf and NaN)."""
+def _host_largest_count(eps_cert, n, target, max_steps, rounds=CERTIFY_ROUNDS):
+    """:func:`_largest_certified_count` on the host (the same steps, numpy's float64 semantics for inf and NaN);
+    with more ``rounds``, the estimate's own search for the largest count (from the Gaussian pair's)."""
     i, lo, e_lo, hi, e_hi = 0, 0.0, math.inf, max_steps + 1.0, math.inf
     with np.errstate(all="ignore"):
-        while i < CERTIFY_ROUNDS and hi - lo > 1:
+        while i < rounds and hi - lo > 1:
             g_lo, g_hi = np.float64(_host_gap(e_lo, target)), np.float64(_host_gap(e_hi, target))
             down = hi - np.maximum(1.0, np.ceil(-hi * np.expm1(-3.0 * g_hi)))
             up = lo + np.maximum(1.0, np.ceil(lo * np.expm1(-3.0 * g_lo)))
@@ -597,13 +687,6 @@ def _host_largest_count(eps_cert, n, target, max_steps):
     found = lo >= 1
     count = lo if found else (0.0 if hi <= 1 else hi)
     return count, (e_lo if found else e_hi), i, found
-
-
-def _host_estimate_at(u, last, target, direct):
-    """:func:`_estimate_at` on the host."""
-    x, g, slope, d_target = (float(v) for v in last)
-    linear = target - (g + slope * (u - x)) / d_target
-    return linear if abs(u - x) <= LINEAR_REACH and math.isfinite(linear) else direct(u)
 
 
 # -- noise multiplier -----------------------------------------------------------------------------
@@ -627,8 +710,6 @@ def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, c
     lo, hi = math.log(SIGMA_MIN), jnp.log(sigma_max)
     root = _solve(h, (target, log_delta, num_steps, sampling_prob), lo, hi, method)
     u = jnp.where(root.below, lo, root.u)
-    if certify == _HOST:
-        return _search_of(u, hi, root)
     u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, hi, root.below, method, certify)
     sigma = jnp.where(root.above, jnp.nan, jnp.exp(u_c))
     return sigma, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
@@ -742,8 +823,6 @@ def _q_core(target, delta, sigma, num_steps, *, method, certify):
     lo, hi = 0.0, -math.log(SAMPLING_PROB_MIN)
     root = _solve(h, (target, log_delta, num_steps, sigma), lo, hi, method)
     u = jnp.where(root.below, lo, root.u)  # below: q = 1 already fits
-    if certify == _HOST:
-        return _search_of(u, hi, root)
     u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, hi, root.below, method, certify)
     q = jnp.where(root.above, jnp.nan, jnp.exp(-u_c))
     return q, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
@@ -840,8 +919,6 @@ def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
     infeasible, at_max = root.below, root.above
     u = jax.lax.stop_gradient(root.u)  # an integer answer: no gradient
     n = jnp.where(at_max, max_steps, jnp.maximum(jnp.floor(jnp.exp(u) * (1 + 1e-12)), 1.0))
-    if certify == _HOST:
-        return _search_of(n, jnp.asarray(max_steps, jnp.float64), root)
 
     if certify is None:
         eps_c, rounds, ok, at_limit = jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True), at_max
