@@ -37,7 +37,13 @@ from jaxdp.accountants._cgf import (
 )
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
-from jaxdp.numerics import log1mexp, nan_to, root_found_elsewhere, solve_decreasing, value_found_elsewhere
+from jaxdp.numerics import (
+    log1mexp,
+    nan_to,
+    root_and_value_found_elsewhere,
+    root_found_elsewhere,
+    solve_decreasing,
+)
 
 __all__ = [
     "SaddlePointResult",
@@ -262,12 +268,11 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
     t_b = jnp.where(jnp.isfinite(u_b), t_ev[1], jnp.nan)
     m_b = jax.tree.map(lambda x: x[1], m)
 
-    def g(v):  # the bound's root condition, as the iteration solved it (traced only for a derivative)
-        _, log_upper = _certified_upper(comp, direction, jnp.exp(v))
-        return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta)
+    def g(v):  # the bound's root condition as the iteration solved it, and its epsilon (traced only for a derivative)
+        eps_v, log_upper = _certified_upper(comp, direction, jnp.exp(v))
+        return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta), eps_v
 
-    u_d = root_found_elsewhere(g, jnp.where(jnp.isfinite(u_b), u_b, u0), lo, hi)
-    eps_d = value_found_elsewhere(lambda v: _certified_upper(comp, direction, jnp.exp(v))[0], eps[1], u_d)
+    _, eps_d = root_and_value_found_elsewhere(g, jnp.where(jnp.isfinite(u_b), u_b, u0), eps[1], lo, hi)
     out = _verified_epsilon(comp_c, direction, log_delta_c, jnp.maximum(eps_d, 0.0), t_b, m_b)
 
     # the estimate's saddle point, with the derivative of the saddle point of its (fixed) epsilon; none from moments

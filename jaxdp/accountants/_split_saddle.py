@@ -71,10 +71,9 @@ from jaxdp.numerics import (
     log1mexp,
     log_ndtr,
     log_sub_exp,
-    root_found_elsewhere,
+    root_and_value_found_elsewhere,
     safeguarded_newton,
     sparse_cond,
-    value_found_elsewhere,
 )
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
@@ -1235,11 +1234,12 @@ def _epsilon_on_curve(comp, direction, log_delta, point):
     phases = (jnp.arange(3), *map(jnp.asarray, (PHASE_TOL, PHASE_PREDICTED_TOL, PHASE_EVALUATIONS)))
     u, eps = jax.lax.scan(phase_step, u0, phases)
 
-    def g(v):  # decreasing in v = log t; far past the root delta can underflow to 0: a finite stand-in
-        return jnp.maximum(point(comp, direction, jnp.exp(v), ESTIMATE)[2], -1e8) - log_delta
+    def g(v):  # decreasing in v = log t (far past the root delta can underflow to 0: a finite stand-in), and the
+        # curve's eps there (every phase's, ANSWER's too): one evaluation, linearised once where a derivative is asked
+        eps_v, _, level, _ = point(comp, direction, jnp.exp(v), ESTIMATE)
+        return jnp.maximum(level, -1e8) - log_delta, eps_v
 
-    u = root_found_elsewhere(g, jnp.where(jnp.isfinite(u), u, u0), lo, hi)
-    eps = value_found_elsewhere(lambda v: point(comp, direction, jnp.exp(v), ANSWER)[0], eps[ANSWER], u)
+    u, eps = root_and_value_found_elsewhere(g, jnp.where(jnp.isfinite(u), u, u0), eps[ANSWER], lo, hi)
     return jnp.maximum(eps, 0.0), u
 
 

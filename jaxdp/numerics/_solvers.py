@@ -15,6 +15,7 @@ from __future__ import annotations
 import jax
 import jax.extend
 import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
 
 from jaxdp.numerics._logspace import argmin, nan_to
 
@@ -23,6 +24,7 @@ __all__ = [
     "bracketed_secant",
     "implicit_root",
     "minimize_on_grid",
+    "root_and_value_found_elsewhere",
     "root_found_elsewhere",
     "safeguarded_newton",
     "solve_decreasing",
@@ -177,8 +179,9 @@ def solve_decreasing(
     return jnp.where(edge, jax.lax.stop_gradient(x), x)
 
 
-def _hoisted(fn, *example_args):
-    """``(pure, consts)`` with ``pure(*args, *consts) == fn(*args)``: every value ``fn`` closes over is an argument.
+def _hoisted(fn, *example_args, all_outputs=False):
+    """``(pure, consts)`` with ``pure(*args, *consts) == fn(*args)``: every value ``fn`` closes over is an argument
+    (``pure`` returns ``fn``'s first output, or all of them as a tuple where ``all_outputs``).
 
     Unlike ``jax.closure_convert``, which hoists only the values that may carry a tangent, integer and boolean
     tracers are hoisted too: a ``custom_jvp`` rule that closes over a tracer leaks it when JAX traces the rule again
@@ -190,7 +193,7 @@ def _hoisted(fn, *example_args):
     def pure(*args_and_consts):
         args, consts = args_and_consts[:n_args], args_and_consts[n_args:]
         out = jax.extend.core.jaxpr_as_fun(jax.extend.core.ClosedJaxpr(jaxpr, list(consts)))(*args)
-        return out[0]
+        return tuple(out) if all_outputs else out[0]
 
     return pure, list(closed.consts)
 
@@ -221,12 +224,37 @@ def root_found_elsewhere(f, x, lo, hi):
     ``f`` is traced to a jaxpr here, but enters the program only where a derivative is asked for.  As there, a root
     at the bracket's edge is a constant.
     """
+    return root_and_value_found_elsewhere(lambda v: (f(v), jnp.zeros_like(v)), x, jnp.zeros_like(x), lo, hi)[0]
+
+
+def root_and_value_found_elsewhere(f, x, value, lo, hi):
+    """``(x, value)``: ``x`` a root of the decreasing scalar ``f(.)[0]`` on ``[lo, hi]`` and ``value = f(x)[1]``,
+    both found by the caller in an iteration of its own, with their derivatives in whatever ``f`` closes over:
+    ``dx = -(df0/dparams . dparams) / (df0/dx)`` (a constant at the bracket's edge, as in :func:`solve_decreasing`)
+    and ``dvalue = df1/dx dx + df1/dparams . dparams``.
+
+    ``f`` is traced to a jaxpr here and enters the program only where a derivative is asked for, linearised once
+    for both (:func:`_partials`): two rules, one for the root and one for the value, traced its primal twice and
+    its partials three times.
+    """
     x = jax.lax.stop_gradient(x)
-    f_pure, consts = _hoisted(f, x)
-    root = implicit_root(lambda u, _, params: f_pure(u, *params), None, x, tuple(consts))
+    f_pure, consts = _hoisted(f, x, all_outputs=True)
     tol = 1e-9 * (1.0 + jnp.abs(hi - lo))
     edge = jax.lax.stop_gradient((x <= lo + tol) | (x >= hi - tol))
-    return jnp.where(edge, x, root)
+
+    @jax.custom_jvp
+    def known(x, value, edge, consts):
+        del edge, consts
+        return x, value
+
+    def known_jvp(primals, tangents):
+        x, value, edge, consts = primals
+        (g_x, v_x), (g_p, v_p) = _partials(lambda v, c: f_pure(v, *c), x, consts, tangents[3])
+        dx = jnp.where(edge, 0.0, _implicit_step(g_x, g_p))
+        return (x, value), (dx, v_x * dx + v_p)
+
+    known.defjvp(known_jvp, symbolic_zeros=True)
+    return known(x, jax.lax.stop_gradient(value), edge, list(consts))
 
 
 def value_found_elsewhere(f, value, x):
@@ -296,22 +324,37 @@ def minimize_on_grid(f, grid, *, refine_steps: int = 40):
 
 def _value_with_derivative(f_pure, value, x, consts, *, in_x=False):
     """``value`` (``f_pure(x, *consts)``, already computed) with the derivative of ``f_pure`` in ``consts``, and in
-    ``x`` too where ``in_x`` (else ``x`` is held fixed: the envelope theorem at a minimiser)."""
+    ``x`` too where ``in_x`` (else ``x`` is held fixed: the envelope theorem at a minimiser).  One jvp, in ``x`` and
+    the consts that carry a tangent only (a constant's infinite partial times a zero tangent would be NaN)."""
 
     @jax.custom_jvp
     def known(value, x, consts):
         del x, consts
         return value
 
-    @known.defjvp
     def known_jvp(primals, tangents):
         value, x, consts = primals
         _, dx, d_consts = tangents
-        if in_x:
-            return value, jax.jvp(lambda xx, cc: f_pure(xx, *cc), (x, consts), (dx, d_consts))[1]
-        return value, jax.jvp(lambda cc: f_pure(x, *cc), (consts,), (d_consts,))[1]
+        live = [
+            i
+            for i, d in enumerate(d_consts)
+            if not isinstance(d, SymbolicZero) and jnp.issubdtype(jnp.result_type(consts[i]), jnp.inexact)
+        ]
+        moves_x = in_x and not isinstance(dx, SymbolicZero)
+        if not live and not moves_x:
+            return value, jnp.zeros_like(value)
 
-    return known(jax.lax.stop_gradient(value), x if in_x else jax.lax.stop_gradient(x), tuple(consts))
+        def at(xx, vals):
+            full = list(consts)
+            for i, c in zip(live, vals):
+                full[i] = c
+            return f_pure(xx, *full)
+
+        dx = dx if moves_x else jnp.zeros_like(x)
+        return value, jax.jvp(at, (x, [consts[i] for i in live]), (dx, [d_consts[i] for i in live]))[1]
+
+    known.defjvp(known_jvp, symbolic_zeros=True)
+    return known(jax.lax.stop_gradient(value), x if in_x else jax.lax.stop_gradient(x), list(consts))
 
 
 def safeguarded_newton(vsa, lo, hi, x0, ftol, xtol=0.0, max_iterations=60):
@@ -363,23 +406,53 @@ def implicit_root(h, method, u_star, params):
 
     Implicit function theorem: ``du* / dparams = -(dh/dparams) / (dh/du)`` at the root.  A
     custom JVP, so the forward pass costs nothing; the rule evaluates ``h`` only when a
-    derivative is asked for.
+    derivative is asked for, linearised once (:func:`_partials`).
     """
+    leaves, tree = jax.tree.flatten(params)
 
     @jax.custom_jvp
-    def root(u, p):
-        del p
+    def root(u, leaves):
+        del leaves
         return u
 
-    @root.defjvp
     def root_jvp(primals, tangents):
-        u, p = primals
-        _, p_dot = tangents
-        # (two jvps, not one linearisation applied to both directions: that multiplied every partial in ``p`` by a
-        # zero tangent for the slope, and an infinite one, 0 x inf, made the slope NaN and the derivative 0)
-        slope = jax.jvp(lambda v: h(v, method, p), (u,), (jnp.ones_like(u),))[1]
-        dh = jax.jvp(lambda pp: h(u, method, pp), (p,), (p_dot,))[1]
-        safe = jnp.isfinite(slope) & (slope != 0)
-        return u, jnp.where(safe, -dh / jnp.where(safe, slope, 1.0), 0.0)
+        u, ls = primals
+        slope, dh = _partials(lambda v, vals: h(v, method, jax.tree.unflatten(tree, vals)), u, ls, tangents[1])
+        return u, _implicit_step(slope, dh)
 
-    return root(jax.lax.stop_gradient(u_star), params)
+    root.defjvp(root_jvp, symbolic_zeros=True)
+    return root(jax.lax.stop_gradient(u_star), leaves)
+
+
+def _implicit_step(slope, d_value):
+    """``-d_value / slope``: the root's move; zero where the slope is 0 or not finite."""
+    safe = jnp.isfinite(slope) & (slope != 0)
+    return jnp.where(safe, -d_value / jnp.where(safe, slope, 1.0), 0.0)
+
+
+def _partials(f, x, consts, d_consts):
+    """``(df/dx, df/dconsts . d_consts)`` at ``(x, consts)`` for a ``custom_jvp`` rule declared with
+    ``symbolic_zeros=True``: ONE linearisation of ``f`` (its primal traced once, then its linear map applied to the
+    two directions), in ``x`` and the consts that carry a tangent only.  A const without one stays a constant: a zero
+    tangent multiplied by its partial would be NaN where that partial is infinite (``sqrt`` at 0), the slope with it.
+    ``f(x, consts)`` may return a pytree (each leaf's partials)."""
+    live = [
+        i
+        for i, d in enumerate(d_consts)
+        if not isinstance(d, SymbolicZero) and jnp.issubdtype(jnp.result_type(consts[i]), jnp.inexact)
+    ]
+    if not live:
+        out = jax.eval_shape(lambda: f(x, list(consts)))
+        zeros = jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), out)
+        return zeros, zeros
+
+    def at(v, vals):
+        full = list(consts)
+        for i, c in zip(live, vals):
+            full[i] = c
+        return f(v, full)
+
+    _, lin = jax.linearize(at, x, [consts[i] for i in live])
+    in_x = lin(jnp.ones_like(x), [jnp.zeros_like(consts[i]) for i in live])
+    along = lin(jnp.zeros_like(x), [d_consts[i] for i in live])
+    return in_x, along
