@@ -151,6 +151,22 @@ def test_arrays_equal_the_loop_and_keep_shape():
     assert np.all(np.asarray(r.epsilon_certified) <= 3.0)
 
 
+@pytest.mark.slow
+def test_a_large_array_runs_the_compiled_search_and_agrees_with_the_host():
+    """More than ``HOST_CONFIGURATIONS`` concrete configurations run the compiled search (``lax.map``, kept on
+    disk); fewer run on the host.  The two agree to the searches' tolerance."""
+    from jaxdp.calibration import _calibrate
+
+    q = np.geomspace(0.002, 0.1, _calibrate.HOST_CONFIGURATIONS + 1)
+    before = _calibrate._batch_jit._cache_size()
+    big = _sigma(target=3.0, q=q, steps=1000, **CHEAP)
+    assert np.all(np.asarray(big.status) == 0) and np.all(np.asarray(big.epsilon_certified) <= 3.0)
+    for i in (0, 7, len(q) - 1):
+        one = _sigma(target=3.0, q=float(q[i]), steps=1000, **CHEAP)
+        assert float(one.noise_multiplier) == pytest.approx(float(big.noise_multiplier[i]), rel=1e-8)
+    assert _calibrate._batch_jit._cache_size() <= before + 1
+
+
 def test_vmap_equals_the_array_call():
     """``jax.vmap`` of a scalar calibration (batched while loops) equals the array call (``lax.map``).
 

@@ -12,10 +12,11 @@ Each calibration is two solves:
    that one certified evaluation usually suffices.  The number of steps is the largest whole count
    that passes, between a passing and a failing count (usually the estimate's count and the next).
 
-Concrete inputs run both on the host, over the accountants' per-query programs (a secant search
-started from the Gaussian pair, :func:`_host_one`): a first calibration compiles what a first
-query of each method compiles.  Traced inputs run one program: a safeguarded Newton iteration on
-the estimate with its own derivative (:func:`_solve`), then the same check as a ``while_loop``.
+Concrete inputs (up to ``HOST_CONFIGURATIONS``) run both on the host, over the accountants'
+per-query programs (a secant search started from the Gaussian pair, :func:`_host_one`): a first
+calibration compiles what a first query of each method compiles.  Traced inputs (and larger arrays)
+run one program: a safeguarded Newton iteration on the estimate with its own derivative
+(:func:`_solve`), then the same check as a ``while_loop``.
 
 Gradients of the calibrated value with respect to the target epsilon, delta
 and the fixed hyperparameters are implicit (implicit function theorem on the
@@ -49,6 +50,7 @@ from jaxdp.numerics import (
     float64_scope,
     implicit_root,
     nan_to,
+    program_cache,
     pytree_dataclass,
     safeguarded_newton,
     to_f64,
@@ -66,8 +68,13 @@ __all__ = [
 ]
 
 METHOD_XTOL = 3e-4  # the estimate's Newton stops once its step (in log parameter) is below this
-HOST_XTOL = 1e-9  # the host search's secant stops once its step (in log parameter) is below this
-HOST_EVALUATIONS = 60  # the host search's evaluations at most (about six, usually)
+HOST_XTOL = 1e-6  # the host search's secant stops once its step (in log parameter) is below this
+#   (the step is taken: the secant's error after it is of the order of this step times the one before)
+HOST_EVALUATIONS = 60  # the host search's evaluations at most (about four, usually)
+#: concrete inputs with at most this many configurations are calibrated on the host, over the accountants' per-query
+#: programs (no compile of the calibration's own: ~15 s less for a first calibration, ~0.15 s more per configuration
+#: after compilation); larger concrete arrays run the compiled search (``lax.map``), kept on disk by ``program_cache``
+HOST_CONFIGURATIONS = 16
 LINEAR_REACH = 1e-3  # the reported estimate is linearised from the search up to this (log) distance
 CERTIFY_ROUNDS = 12  # certified evaluations at most (one, usually)
 CERTIFY_XTOL = 2e-5  # the check stops within this (log-parameter) distance of the last failing point
@@ -414,8 +421,8 @@ def _status(infeasible, ok, at_limit):
 
 
 def _run(solved_for, batch, inputs, method, certify, **static):
-    """Validated inputs -> broadcast, flattened -> the host's calibration (concrete) or one compiled ``lax.map``
-    (traced) -> :class:`CalibrationResult`.
+    """Validated inputs -> broadcast, flattened -> the host's calibration (concrete, at most ``HOST_CONFIGURATIONS``)
+    or one compiled ``lax.map`` (traced, or more configurations) -> :class:`CalibrationResult`.
 
     ``inputs`` maps names to values in the order ``batch`` takes them (``target_epsilon`` and
     ``delta`` first, then the fixed hyperparameters); the result's other hyperparameters come
@@ -426,11 +433,10 @@ def _run(solved_for, batch, inputs, method, certify, **static):
     arrays = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in inputs.values()))
     shape = arrays[0].shape
     flat = tuple(a.reshape(-1) for a in arrays)
-    if _validate.is_concrete(flat):
+    if _validate.is_concrete(flat) and flat[0].size <= HOST_CONFIGURATIONS:
         value, eps_e, eps_c, iters, status = _host_calibration(solved_for, flat, info.name, cert, **static)
     else:
-        core = batch.__name__
-        value, eps_e, eps_c, iters, status = _batch_jit(flat, core=core, method=info.name, certify=cert, **static)
+        value, eps_e, eps_c, iters, status = _run_batch(batch, flat, method=info.name, certify=cert, **static)
     known = dict(zip(inputs, arrays))
     known[solved_for] = value.reshape(shape)
     nan = jnp.asarray(jnp.nan, jnp.float64)
@@ -461,6 +467,13 @@ def _batch(flat, *, core, method, certify, mechanism=None):
 
 
 _batch_jit = jax.jit(_batch, static_argnames=("core", "method", "certify", "mechanism"))
+
+
+def _run_batch(core, flat, *, method, certify, mechanism=None):
+    """:func:`_batch_jit`, kept on disk by ``program_cache`` for concrete inputs (not with a user's ``mechanism``
+    function: its code is not in the key)."""
+    static = {"core": core.__name__, "method": method, "certify": certify, "mechanism": mechanism}
+    return program_cache.call(_batch_jit, _batch, (flat,), static, keep=mechanism is None)
 
 
 def _certified_name(certify):  # (certify="evr" is handled before, by _evr_calibration)
@@ -519,26 +532,31 @@ def _host_one(solved_for, args, method, certify, mechanism):
     if solved_for == "noise_multiplier":
         q, num_steps = args[2], args[3]
         family = mechanism or (lambda s: _psg_family(s, q))
-        lo, hi, slope = math.log(SIGMA_MIN), math.log(args[4]), -2.0  # x = log sigma
+        lo, hi = math.log(SIGMA_MIN), math.log(args[4])  # x = log sigma
 
         def mechanism_at(x):
             return family(math.exp(x)), num_steps
 
     else:  # sampling_prob
         sigma, num_steps = args[2], args[3]
-        lo, hi, slope = 0.0, -math.log(SAMPLING_PROB_MIN), -1.0  # x = -log q
+        lo, hi = 0.0, -math.log(SAMPLING_PROB_MIN)  # x = -log q
 
         def mechanism_at(x):
             return PoissonSubsampledGaussian(sigma, math.exp(-x)), num_steps
 
-    def log_mu2_gap(x):
+    def log_mu2(x):
         mech, num_steps = mechanism_at(x)
-        return math.log(max(_gaussian_mu2_of(mech, num_steps), 1e-300)) - math.log(mu2)
+        return math.log(max(_gaussian_mu2_of(mech, num_steps), 1e-300))
 
-    # the start: the Gaussian pair with the composition's K(1) (one small program), to 1e-3
-    x0, evals0, _, _ = _host_root(log_mu2_gap, lo, hi, 0.5 * (lo + hi), slope=-2.0, xtol=1e-3)
-    x, evals, below, above = _host_root(lambda v: _host_gap(epsilon(v, method), target), lo, hi, x0, slope=slope,
-                                        xtol=HOST_XTOL)
+    # the start: the Gaussian pair with the composition's K(1) (one small program), to 1e-3, and the slope of that
+    # model's log epsilon there (the estimate's first step; then secant steps on the estimate itself)
+    x0, evals0, _, _ = _host_root(lambda x: log_mu2(x) - math.log(mu2), lo, hi, 0.5 * (lo + hi), slope=-2.0,
+                                  xtol=1e-3)
+    ends = (max(x0 - 1e-3, lo), min(x0 + 1e-3, hi))
+    model = [math.log(max(_gaussian_epsilon(math.exp(0.5 * log_mu2(x)), delta), 1e-300)) for x in ends]
+    slope = (model[1] - model[0]) / (ends[1] - ends[0])
+    x, evals, below, above = _host_root(lambda v: _host_gap(epsilon(v, method), target), lo, hi, x0,
+                                        slope=slope if math.isfinite(slope) and slope < 0 else -1.0, xtol=HOST_XTOL)
     evals += evals0
     if above:  # even the largest noise (the smallest rate) exceeds the budget
         return math.nan, epsilon(hi, method), math.nan, evals, int(INFEASIBLE)
@@ -548,7 +566,18 @@ def _host_one(solved_for, args, method, certify, mechanism):
         nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
         x_c, eps_c, rounds, ok = _host_certify(lambda v: epsilon(v, certify), x, target, hi, nudge)
     value = math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c)
-    return value, epsilon(x_c, method), eps_c, evals + rounds, _host_status(False, ok, below)
+    return value, _host_estimate_at(x_c, known, method, epsilon), eps_c, evals + rounds, _host_status(False, ok, below)
+
+
+def _host_estimate_at(x, known, method, epsilon):
+    """The estimate's epsilon at ``x``: interpolated (linearly in ``log eps``) between the search's two evaluations
+    nearest to it where both lie within ``LINEAR_REACH`` (the error is of the order of the product of the
+    distances, ~1e-8 relative after the certification's shift), else evaluated."""
+    near = sorted((abs(v - x), v, e) for (v, name), e in known.items() if name == method and 0.0 < e < math.inf)
+    if len(near) >= 2 and near[1][0] <= LINEAR_REACH and near[0][1] != near[1][1]:
+        (_, x0, e0), (_, x1, e1) = near[:2]
+        return math.exp(math.log(e0) + (math.log(e1) - math.log(e0)) * (x - x0) / (x1 - x0))
+    return epsilon(x, method)
 
 
 def _host_root(g, lo, hi, x0, *, slope, xtol, max_evaluations=HOST_EVALUATIONS):
@@ -623,6 +652,20 @@ def _gaussian_mu(eps, delta):
         else:
             lo = mid
     return math.exp(0.5 * (lo + hi))
+
+
+def _gaussian_epsilon(mu, delta):
+    """The ``eps`` with ``delta(eps) = delta`` of the Gaussian pair ``N(mu, 1)`` vs ``N(0, 1)`` (bisection, host)."""
+    lo, hi, log_delta = 0.0, 0.5 * mu * mu + 40.0 * mu + 1.0, math.log(delta)
+    if _gaussian_log_delta(lo, mu) <= log_delta:
+        return 0.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _gaussian_log_delta(mid, mu) > log_delta:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 _gaussian_mu2_jit = jax.jit(lambda comp: comp.gaussian_mu2())
