@@ -145,6 +145,30 @@ def test_a_users_method_is_never_kept_on_disk(cache_dir, monkeypatch):
     assert not list(cache_dir.glob("*.xla"))
 
 
+def test_a_method_registered_again_under_its_name_is_not_answered_by_the_old_program(monkeypatch):
+    """Regression (a clean-clone CI, order-dependent): the in-memory jit keyed a user's method by its name, so a
+    method registered again under the same name (an edit in a notebook, or a built-in's name) was answered by the
+    program traced from the earlier one.  Keyed by the MethodInfo itself, each registration traces its own."""
+    import jax.numpy as jnp
+
+    from jaxdp.accountants import _registry
+
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    mech = jaxdp.Gaussian(2.0)
+    assert float(jaxdp.delta_for_epsilon(mech, epsilon=1.0, method="exact")) < 0.01  # the built-in, traced first
+    for value in (0.5, 0.25):
+        jaxdp.register_method(
+            jaxdp.MethodInfo(
+                "exact",
+                certified=True,
+                description=f"delta = {value}",
+                log_delta=lambda comp, direction, eps, v=value: jnp.full_like(eps, jnp.log(v)),
+                epsilon=lambda comp, direction, log_delta: jnp.full_like(log_delta, jnp.inf),
+            )
+        )
+        assert float(jaxdp.delta_for_epsilon(mech, epsilon=1.0, method="exact")) == pytest.approx(value, rel=1e-12)
+
+
 def test_a_program_from_jaxs_own_cache_is_not_copied(cache_dir, tmp_path):
     """Regression: an XLA:CPU executable loaded from JAX's persistent cache serialises without its code (its copy
     failed with "Function broadcast_add_fusion not found" when run); where a user's JAX cache supplies the program,

@@ -213,7 +213,9 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
     program or the full one only where needed (compiled only then).  Where the step counts are concrete (also
     inside a user's trace, where they are constants of it), the program leaves out the branches they never
     take."""
-    static = {"method": info.name, "facts": facts}
+    # a user's method is keyed by its MethodInfo, not its name: re-registered under the same name (an edit in a
+    # notebook, or a built-in's name), it must not be answered by the program traced from the earlier one
+    static = {"method": info.name if _BUILT_IN.get(info.name) is info else info, "facts": facts}
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
         return (plain_jit if info.fallback is None else with_fallback_jit)(*args, **static)
     keep = _jaxdp_code_only(info, args[0])

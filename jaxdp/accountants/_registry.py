@@ -128,8 +128,10 @@ def available_methods() -> tuple[str, ...]:
     return tuple(_METHODS)
 
 
-def method_info(method: str) -> MethodInfo:
-    """The :class:`MethodInfo` of ``method`` (ValueError for unknown names)."""
+def method_info(method: str | MethodInfo) -> MethodInfo:
+    """The :class:`MethodInfo` of ``method`` (ValueError for unknown names); a :class:`MethodInfo` is itself."""
+    if isinstance(method, MethodInfo):
+        return method
     try:
         return _METHODS[method]
     except (KeyError, TypeError):
