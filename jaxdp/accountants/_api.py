@@ -263,8 +263,13 @@ def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
     info = method_info(method)
     comp = to_f64(as_composition(mechanism, num_steps))
     args = (comp, jnp.asarray(delta, jnp.float64))
-    return float(_run(info, of_concrete(mechanism, num_steps), args, _epsilon_jit, epsilon_of_composition,
-                      _epsilon_fallback_jit))
+    facts = of_concrete(mechanism, num_steps)
+    if info.fallback is not None and not method_info(info.fallback).supports(comp):
+        # (the method's fallback cannot take this mechanism: its own answer, NaN where it cannot vouch for one)
+        return float(program_cache.call(_epsilon_jit, epsilon_of_composition, args,
+                                        {"method": info.name, "facts": facts, "or_nan": True},
+                                        keep=_jaxdp_code_only(info, comp)))
+    return float(_run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit))
 
 
 def _any_nan(value) -> bool:

@@ -21,7 +21,8 @@ def supports_all(composition) -> bool:
     return True
 
 
-@dataclasses.dataclass(frozen=True)
+# eq=False: compared and hashed by identity (a jit key: a registration is its own program, whatever its fields hold)
+@dataclasses.dataclass(frozen=True, eq=False)
 class MethodInfo:
     """What an accountant is, what it supports, and whether its numbers are proven upper bounds.
 

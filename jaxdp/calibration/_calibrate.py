@@ -516,7 +516,9 @@ def _host_one(solved_for, args, method, certify, mechanism):
         def mechanism_at(m):
             return PoissonSubsampledGaussian(sigma, q), m
 
-        n0 = min(max(math.floor(mu2 / _gaussian_mu2_of(PoissonSubsampledGaussian(sigma, q), 1.0)), 1.0), max_steps)
+        k1 = _gaussian_mu2_of(PoissonSubsampledGaussian(sigma, q), 1.0)
+        ratio = mu2 / k1 if k1 > 0 else math.inf  # (K(1) rounds to 0 or below for tiny q / sigma: start at the top)
+        n0 = min(max(math.floor(ratio), 1.0), max_steps) if math.isfinite(ratio) else max_steps
         n, _, evals, found = _host_largest_count(lambda m: epsilon(m, method), n0, target, max_steps,
                                                  rounds=HOST_EVALUATIONS)
         if not found:  # even one step exceeds the budget
@@ -554,7 +556,7 @@ def _host_one(solved_for, args, method, certify, mechanism):
                                   xtol=1e-3)
     ends = (max(x0 - 1e-3, lo), min(x0 + 1e-3, hi))
     model = [math.log(max(_gaussian_epsilon(math.exp(0.5 * log_mu2(x)), delta), 1e-300)) for x in ends]
-    slope = (model[1] - model[0]) / (ends[1] - ends[0])
+    slope = (model[1] - model[0]) / (ends[1] - ends[0]) if ends[1] > ends[0] else math.nan
     x, evals, below, above = _host_root(lambda v: _host_gap(epsilon(v, method), target), lo, hi, x0,
                                         slope=slope if math.isfinite(slope) and slope < 0 else -1.0, xtol=HOST_XTOL)
     evals += evals0

@@ -350,8 +350,11 @@ def _value_with_derivative(f_pure, value, x, consts, *, in_x=False):
                 full[i] = c
             return f_pure(xx, *full)
 
-        dx = dx if moves_x else jnp.zeros_like(x)
-        return value, jax.jvp(at, (x, [consts[i] for i in live]), (dx, [d_consts[i] for i in live]))[1]
+        live_vals, live_dots = [consts[i] for i in live], [d_consts[i] for i in live]
+        if moves_x:
+            return value, jax.jvp(at, (x, live_vals), (dx, live_dots))[1]
+        # x held fixed is closed over, not given a zero tangent (0 x an infinite partial in x would be NaN)
+        return value, jax.jvp(lambda vals: at(x, vals), (live_vals,), (live_dots,))[1]
 
     known.defjvp(known_jvp, symbolic_zeros=True)
     return known(jax.lax.stop_gradient(value), x if in_x else jax.lax.stop_gradient(x), list(consts))
