@@ -438,7 +438,10 @@ def _partials(f, x, consts, d_consts):
     ``symbolic_zeros=True``: ONE linearisation of ``f`` (its primal traced once, then its linear map applied to the
     two directions), in ``x`` and the consts that carry a tangent only.  A const without one stays a constant: a zero
     tangent multiplied by its partial would be NaN where that partial is infinite (``sqrt`` at 0), the slope with it.
-    ``f(x, consts)`` may return a pytree (each leaf's partials)."""
+    ``f(x, consts)`` may return a pytree (each leaf's partials).  Known limit: a parameter that does carry a tangent
+    and has an infinite partial at ``x`` makes the slope NaN, and the rules then give every parameter a zero
+    derivative (two jvps kept the others'); the accountants' parameters have finite partials (PSG at ``q = 1``:
+    ``d eps / d(sigma, q)`` checked against central differences)."""
     live = [
         i
         for i, d in enumerate(d_consts)
