@@ -72,8 +72,8 @@ HOST_XTOL = 1e-6  # the host search's secant stops once its step (in log paramet
 #   (the step is taken: the secant's error after it is of the order of this step times the one before)
 HOST_EVALUATIONS = 60  # the host search's evaluations at most (about four, usually)
 #: concrete inputs with at most this many configurations are calibrated on the host, over the accountants' per-query
-#: programs (no compile of the calibration's own: ~15 s less for a first calibration, ~0.15 s more per configuration
-#: after compilation); larger concrete arrays run the compiled search (``lax.map``), kept on disk by ``program_cache``
+#: programs (no compile of the calibration's own, for a few more dispatches per configuration); larger concrete arrays
+#: run the compiled search (``lax.map``, kept on disk by ``program_cache``), whose compile a sweep amortises
 HOST_CONFIGURATIONS = 16
 LINEAR_REACH = 1e-3  # the reported estimate is linearised from the search up to this (log) distance
 CERTIFY_ROUNDS = 12  # certified evaluations at most (one, usually)
@@ -489,8 +489,8 @@ def _host_calibration(solved_for, flat, method, certify, mechanism=None):
     """A calibration of concrete inputs on the host, one configuration at a time: the estimate's search and the
     certification are host-side iterations over the accountants' own per-query programs (``epsilon_for_delta``'s,
     compiled once per process and kept on disk by ``program_cache``), so a first calibration compiles what a
-    first query of each method compiles, and nothing else.  One compiled search (:func:`_batch`) traced the
-    estimate with its derivative into a program of its own, then compiled the certified program too."""
+    first query of each method compiles, and nothing else (the compiled search, :func:`_batch`, is a program of
+    its own: worth its compile for many configurations only)."""
     inputs = [np.asarray(a, np.float64) for a in flat]
     rows = [_host_one(solved_for, [float(a[i]) for a in inputs], method, certify, mechanism)
             for i in range(len(inputs[0]))]

@@ -234,8 +234,7 @@ def root_and_value_found_elsewhere(f, x, value, lo, hi):
     and ``dvalue = df1/dx dx + df1/dparams . dparams``.
 
     ``f`` is traced to a jaxpr here and enters the program only where a derivative is asked for, linearised once
-    for both (:func:`_partials`): two rules, one for the root and one for the value, traced its primal twice and
-    its partials three times.
+    for both (:func:`_partials`): the root's move and the value's derivative share one primal of ``f``.
     """
     x = jax.lax.stop_gradient(x)
     f_pure, consts = _hoisted(f, x, all_outputs=True)
@@ -335,21 +334,11 @@ def _value_with_derivative(f_pure, value, x, consts, *, in_x=False):
     def known_jvp(primals, tangents):
         value, x, consts = primals
         _, dx, d_consts = tangents
-        live = [
-            i
-            for i, d in enumerate(d_consts)
-            if not isinstance(d, SymbolicZero) and jnp.issubdtype(jnp.result_type(consts[i]), jnp.inexact)
-        ]
+        live = _live(consts, d_consts)
         moves_x = in_x and not isinstance(dx, SymbolicZero)
         if not live and not moves_x:
             return value, jnp.zeros_like(value)
-
-        def at(xx, vals):
-            full = list(consts)
-            for i, c in zip(live, vals):
-                full[i] = c
-            return f_pure(xx, *full)
-
+        at = _on_live(lambda xx, full: f_pure(xx, *full), consts, live)
         live_vals, live_dots = [consts[i] for i in live], [d_consts[i] for i in live]
         if moves_x:
             return value, jax.jvp(at, (x, live_vals), (dx, live_dots))[1]
@@ -440,25 +429,35 @@ def _partials(f, x, consts, d_consts):
     tangent multiplied by its partial would be NaN where that partial is infinite (``sqrt`` at 0), the slope with it.
     ``f(x, consts)`` may return a pytree (each leaf's partials).  Known limit: a parameter that does carry a tangent
     and has an infinite partial at ``x`` makes the slope NaN, and the rules then give every parameter a zero
-    derivative (two jvps kept the others'); the accountants' parameters have finite partials (PSG at ``q = 1``:
-    ``d eps / d(sigma, q)`` checked against central differences)."""
-    live = [
-        i
-        for i, d in enumerate(d_consts)
-        if not isinstance(d, SymbolicZero) and jnp.issubdtype(jnp.result_type(consts[i]), jnp.inexact)
-    ]
+    derivative (a slope from a jvp in ``x`` alone would keep the others', for a second primal of ``f``); the
+    accountants' parameters have finite partials there (PSG at ``q = 1`` included)."""
+    live = _live(consts, d_consts)
     if not live:
         out = jax.eval_shape(lambda: f(x, list(consts)))
         zeros = jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), out)
         return zeros, zeros
-
-    def at(v, vals):
-        full = list(consts)
-        for i, c in zip(live, vals):
-            full[i] = c
-        return f(v, full)
-
-    _, lin = jax.linearize(at, x, [consts[i] for i in live])
+    _, lin = jax.linearize(_on_live(f, consts, live), x, [consts[i] for i in live])
     in_x = lin(jnp.ones_like(x), [jnp.zeros_like(consts[i]) for i in live])
     along = lin(jnp.zeros_like(x), [d_consts[i] for i in live])
     return in_x, along
+
+
+def _live(consts, d_consts):
+    """The indices of the consts that carry a tangent (not a ``SymbolicZero``; floating or complex)."""
+    return [
+        i
+        for i, d in enumerate(d_consts)
+        if not isinstance(d, SymbolicZero) and jnp.issubdtype(jnp.result_type(consts[i]), jnp.inexact)
+    ]
+
+
+def _on_live(f, consts, live):
+    """``(x, live_values) -> f(x, consts with the live ones replaced)``: the others stay constants of the trace."""
+
+    def at(x, vals):
+        full = list(consts)
+        for i, c in zip(live, vals):
+            full[i] = c
+        return f(x, full)
+
+    return at
