@@ -218,3 +218,41 @@ def test_disable_jit_runs_the_plain_function(cache_dir):
     ref = _eps(2.0)
     with jax.disable_jit():
         assert _eps(2.0) == pytest.approx(ref, rel=1e-12)
+
+
+def test_quick_compile_options_where_xla_has_them():
+    """A ``quick_compile`` method's concrete programs compile with ``QUICK_COMPILE`` where this XLA knows the options
+    (jaxlib 0.10 does; 0.12 dropped them and compiles as usual), with the answer of the plain program, one program
+    for every value, on disk or in memory alone; a method without the flag compiles as usual."""
+    import jaxlib
+
+    from jaxdp.accountants import _api
+    from jaxdp.accountants._staging import of_concrete
+    from jaxdp.mechanisms import as_composition
+    from jaxdp.numerics import to_f64
+
+    assert program_cache.quick_options(False) == ()
+    quick = program_cache.quick_options(True)
+    assert quick == (program_cache.QUICK_COMPILE if jaxlib.__version__.startswith("0.10.") else quick)
+    assert quick in ((), program_cache.QUICK_COMPILE)
+    assert jaxdp.method_info("certified").quick_compile and not jaxdp.method_info("rdp").quick_compile
+
+    def ask(sigma):
+        m = jaxdp.PoissonSubsampledGaussian(sigma, 0.01)
+        return float(jaxdp.epsilon_for_delta(m, num_steps=100, delta=1e-6, method="saddlepoint-delta2"))
+
+    def plain(sigma):
+        m = jaxdp.PoissonSubsampledGaussian(sigma, 0.01)
+        with jax.enable_x64(True):
+            args = (to_f64(as_composition(m, 100)), jax.numpy.float64(1e-6))
+            return float(_api._epsilon_jit(*args, method="saddlepoint-delta2", facts=of_concrete(m, 100)))
+
+    previous = _program_cache._DIR
+    try:
+        program_cache.enable(None)  # (in memory: the path of JAXDP_CACHE_DIR=off and of a user's method)
+        _program_cache._IN_MEMORY.clear()
+        got = [ask(s) for s in (1.0, 1.5)]
+        assert len(_program_cache._IN_MEMORY) == (1 if quick else 0)  # (one program for both values)
+    finally:
+        _program_cache._DIR = previous
+    assert got == pytest.approx([plain(1.0), plain(1.5)], rel=1e-13)

@@ -221,7 +221,9 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
     keep = _jaxdp_code_only(info, args[0])
     if info.fallback is None:
         return _staged(info, plain_jit, plain, args, static, keep)
-    value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True}, keep=keep)
+    value = program_cache.call(
+        plain_jit, plain, args, {**static, "or_nan": True}, keep=keep, quick=info.quick_compile
+    )
     if not _any_nan(value):
         return value
     backup = _staged(method_info(info.fallback), plain_jit, plain, args, {**static, "method": info.fallback}, keep)
@@ -233,14 +235,14 @@ def _staged(info, jitted, fn, args, static, keep):
     only then) where the lighter answered NaN: for epsilon the first pass alone, then the light program, then
     the full one; for delta the light program, then the full one."""
     if not info.staged:
-        return program_cache.call(jitted, fn, args, static, keep=keep)
+        return program_cache.call(jitted, fn, args, static, keep=keep, quick=info.quick_compile)
     facts = static["facts"]
     tiers = [dataclasses.replace(facts, light=True), facts]
     if fn is epsilon_of_composition:  # (the only entry point with a second pass to leave out)
         tiers.insert(0, dataclasses.replace(facts, light=True, first_pass=True))
     value = None
     for tier in tiers:
-        got = program_cache.call(jitted, fn, args, {**static, "facts": tier}, keep=keep)
+        got = program_cache.call(jitted, fn, args, {**static, "facts": tier}, keep=keep, quick=info.quick_compile)
         value = got if value is None else jnp.where(jnp.isnan(value), got, value)
         if not _any_nan(value):
             break
@@ -268,7 +270,7 @@ def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
         # (the method's fallback cannot take this mechanism: its own answer, NaN where it cannot vouch for one)
         return float(program_cache.call(_epsilon_jit, epsilon_of_composition, args,
                                         {"method": info.name, "facts": facts, "or_nan": True},
-                                        keep=_jaxdp_code_only(info, comp)))
+                                        keep=_jaxdp_code_only(info, comp), quick=info.quick_compile))
     return float(_run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit))
 
 
@@ -510,4 +512,8 @@ def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     _validate.nonnegative("epsilon", epsilon)
     _validate.num_steps("num_steps", num_steps)
     comp = to_f64(as_composition(mechanism, num_steps))
-    return _terms_jit(comp, jnp.asarray(epsilon, jnp.float64), facts=of_concrete(mechanism, num_steps))
+    args = (comp, jnp.asarray(epsilon, jnp.float64))
+    static = {"facts": of_concrete(mechanism, num_steps)}
+    info = _BUILT_IN["saddlepoint"]  # (this is its estimate, with the terms; kept and compiled as its programs)
+    keep = _jaxdp_code_only(info, comp)
+    return program_cache.call(_terms_jit, _terms_impl, args, static, keep=keep, quick=info.quick_compile)

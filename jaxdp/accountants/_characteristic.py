@@ -24,7 +24,7 @@ from jaxdp.accountants import _cgf, _saddlepoint
 from jaxdp.accountants._cgf import NUM_NODES, composed_log_phi, line_nodes
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
-from jaxdp.numerics import solve_decreasing
+from jaxdp.numerics import log1p, solve_decreasing
 
 __all__ = [
     "CharacteristicResult",
@@ -118,8 +118,8 @@ def _log_alias_bound(t, eps, period, a, k_ta):
     the Chernoff bound at ``t' = t + a`` gives ``exp(K(t') - t' eps) c(t') e^{-aP} / (1 - e^{-aP})``;
     the best ``a`` of the grid is taken.
     """
-    neg = -t * period - jnp.log1p(-jnp.exp(-t * period))
-    cand = _log_chernoff_pos(t, eps, a, k_ta) - a * period - jnp.log1p(-jnp.exp(-a * period))
+    neg = -t * period - log1p(-jnp.exp(-t * period))
+    cand = _log_chernoff_pos(t, eps, a, k_ta) - a * period - log1p(-jnp.exp(-a * period))
     pos = jnp.min(jnp.where(jnp.isfinite(cand), cand, jnp.inf))
     return jnp.logaddexp(neg, pos)
 
@@ -327,5 +327,6 @@ METHODS = (
         fallback="certified",
         log_delta_or_nan=log_delta_characteristic_or_nan,
         epsilon_or_nan=functools.partial(epsilon_characteristic, unreliable="nan"),
+        quick_compile=True,
     ),
 )

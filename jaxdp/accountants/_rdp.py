@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
-from jaxdp.numerics import minimize_on_grid
+from jaxdp.numerics import log1p, minimize_on_grid
 
 __all__ = ["LOG_ORDER_GRID", "epsilon_rdp", "log_delta_rdp", "rdp_curve"]
 
@@ -34,7 +34,7 @@ def _eps_at(comp, direction, log_delta):
         am1 = jnp.exp(u)
         alpha = 1.0 + am1
         r = rdp_curve(comp, direction, alpha)
-        return r + jnp.log1p(-1.0 / alpha) - (log_delta + jnp.log(alpha)) / am1
+        return r + log1p(-1.0 / alpha) - (log_delta + jnp.log(alpha)) / am1
 
     return f
 
@@ -52,7 +52,7 @@ def log_delta_rdp(comp: Composition, direction: str, epsilon):
         am1 = jnp.exp(u)
         alpha = 1.0 + am1
         r = rdp_curve(comp, direction, alpha)
-        return am1 * (r - epsilon + jnp.log1p(-1.0 / alpha)) - jnp.log(alpha)
+        return am1 * (r - epsilon + log1p(-1.0 / alpha)) - jnp.log(alpha)
 
     value, _ = minimize_on_grid(f, jnp.asarray(LOG_ORDER_GRID))
     return jnp.minimum(value, 0.0)

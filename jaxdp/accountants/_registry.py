@@ -60,6 +60,9 @@ class MethodInfo:
         ``epsilon`` field is the method's epsilon and whose other fields a screened method may reuse.
       given_screen_stage: ``epsilon_given_screen`` receives the screen's ``epsilon_stage`` (the screen must have
         one), not its epsilon.
+      quick_compile: the entry points compile this method's programs for concrete inputs with
+        ``numerics.program_cache.QUICK_COMPILE`` (XLA options that halve the compile of chains of special
+        functions and slow down some loops), where the installed XLA has them.
     """
 
     name: str
@@ -79,6 +82,7 @@ class MethodInfo:
     log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
     epsilon_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
     staged: bool = False
+    quick_compile: bool = False
 
 
 _METHODS: dict[str, MethodInfo] = {}

@@ -307,6 +307,7 @@ METHODS = (
         log_delta=_split_saddle.log_delta_estimate,
         epsilon=_split_saddle.epsilon_estimate,
         companion="certified",
+        quick_compile=True,
     ),
     MethodInfo(
         "saddlepoint-split",
@@ -315,6 +316,7 @@ METHODS = (
         log_delta=_split_saddle.log_delta_estimate,
         epsilon=_split_saddle.epsilon_estimate,
         companion="certified",
+        quick_compile=True,
     ),
     MethodInfo(
         "saddlepoint-delta2",
@@ -323,6 +325,7 @@ METHODS = (
         log_delta=log_delta_saddlepoint,
         epsilon=epsilon_saddlepoint,
         companion="certified",
+        quick_compile=True,
     ),
     MethodInfo(
         "saddlepoint-certified",
@@ -331,5 +334,6 @@ METHODS = (
         log_delta=log_delta_saddlepoint_upper,
         epsilon=epsilon_saddlepoint_upper,
         epsilon_stage=screen_stage,
+        quick_compile=True,
     ),
 )

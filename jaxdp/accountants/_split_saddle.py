@@ -69,6 +69,7 @@ from jaxdp.numerics import (
     argmax,
     implicit_root,
     log1mexp,
+    log1p,
     log_ndtr,
     log_sub_exp,
     root_and_value_found_elsewhere,
@@ -264,7 +265,7 @@ def split_shape(comp, direction, t, eps, split=SPLIT) -> SplitShape:
 def _binomial_log_pmf_at(k, n, p):
     """``log P(K = k)`` of ``K ~ Binomial(n, p)`` (``-inf`` where ``k`` cannot occur)."""
     log_p = jnp.log(jnp.where(p > 0, p, 1.0))
-    log_q = jnp.log1p(-jnp.where(p < 1, p, 0.0))
+    log_q = log1p(-jnp.where(p < 1, p, 0.0))
     out = (
         jax.lax.lgamma(n + 1.0)
         - jax.lax.lgamma(k + 1.0)

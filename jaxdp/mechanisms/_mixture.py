@@ -30,7 +30,7 @@ from jaxdp.mechanisms._quadrature import (
     rule_log_moment,
     rule_tilted_abs_moment,
 )
-from jaxdp.numerics import pytree_dataclass
+from jaxdp.numerics import log1p, pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
 
@@ -371,7 +371,7 @@ class PoissonSubsampledGaussian(MixtureMechanism):
     def mixture(self):
         q = _f64(self.sampling_prob)
         q_lt_1 = q < 1.0
-        log_1mq = jnp.where(q_lt_1, jnp.log1p(-jnp.where(q_lt_1, q, 0.0)), -jnp.inf)
+        log_1mq = jnp.where(q_lt_1, log1p(-jnp.where(q_lt_1, q, 0.0)), -jnp.inf)
         log_p = jnp.stack([log_1mq, jnp.log(q)])
         return log_p, jnp.array([0.0, 1.0]), _f64(self.noise_multiplier)
 

@@ -15,7 +15,7 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import log_ndtr as _jax_log_ndtr
+import numpy as np
 
 __all__ = [
     "LOG_2PI",
@@ -24,6 +24,7 @@ __all__ = [
     "argmin",
     "float64_scope",
     "log1mexp",
+    "log1p",
     "log_ndtr",
     "log_sub_exp",
     "logsumexp",
@@ -57,13 +58,57 @@ def to_f64(tree):
     return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.float64), tree)
 
 
-def log_ndtr(x):
-    """``log Phi(x)`` accurate to ~1e-16 relative for all float64 ``x``.
+def log1p(x):
+    """``log(1 + x)`` to a few ulp for every ``x > -1``.
 
-    JAX's default asymptotic series (order 3) used below ``x = -20`` is only good to
-    ~1e-9 relative near the switch; order 12 is good to machine precision there.
+    XLA:CPU's ``log1p`` in jaxlib 0.10 is up to 240 ulp off on ``-0.4142 < x < -0.355`` (not in jaxlib 0.12).  There
+    ``1 + x``, near 0.6, is exact to half its ulp, and its ``log`` is as accurate as ``log1p`` elsewhere.
     """
-    return _jax_log_ndtr(x, series_order=12)
+    x = jnp.asarray(x)
+    off = (x > -0.42) & (x < -0.35)
+    return jnp.where(off, jnp.log(1.0 + x), jnp.log1p(x))
+
+
+#: below this ``log Phi`` comes from its asymptotic series (six terms: 3e-17 relative to ``Phi`` at -35), above
+#: from ``erfc`` (``Phi(-35) ~ 1e-268``, far from underflow)
+_NDTR_SERIES_BELOW = -35.0
+#: ``(-1)^k (2k - 1)!!``, ``k = 0..6``: ``Phi(x) = phi(x) / |x| sum_k c_k x^{-2k}`` as ``x -> -inf``
+_NDTR_SERIES = tuple((-1) ** k * math.prod(range(1, 2 * k, 2)) for k in range(7))
+
+
+def _ndtr_series(x):
+    """``(x clamped into the series' range, sum_k c_k x^{-2k})``."""
+    xs = jnp.minimum(x, _NDTR_SERIES_BELOW)
+    # (the terms as one power of a stacked axis: 5 ops where Horner's rule is 24)
+    powers = (1.0 / (xs * xs))[..., None] ** np.arange(len(_NDTR_SERIES), dtype=np.float64)
+    return xs, jnp.sum(powers * np.asarray(_NDTR_SERIES, np.float64), axis=-1)
+
+
+@jax.custom_jvp
+def log_ndtr(x):
+    """``log Phi(x)`` to a few ulp of ``1 + |log Phi(x)|`` for all float64 ``x`` (checked against mpmath in
+    ``tests/test_numerics.py``).
+
+    One ``erfc`` of ``|x| / sqrt 2`` (``Phi(x)`` or ``1 - Phi(x)``, relative error ``~ x^2`` ulp: the ``u Z^2`` the
+    certified lattice charges) and a six-term asymptotic series below -35: 75 StableHLO ops, where JAX's
+    ``log_ndtr(series_order=12)`` (two ``ndtr``, a twelve-term series) is 122 and compiles ~25 % slower.
+    """
+    x = jnp.asarray(x)
+    h = 0.5 * jax.lax.erfc(jnp.abs(x) * math.sqrt(0.5))  # Phi(-|x|) (below the switch: replaced)
+    mid = jnp.where(x < 0, jnp.log(h), log1p(-h))
+    xs, p = _ndtr_series(x)
+    low = -0.5 * xs * xs - jnp.log(-xs) - 0.5 * LOG_2PI + jnp.log(p)
+    return jnp.where(x < _NDTR_SERIES_BELOW, low, mid)
+
+
+@log_ndtr.defjvp
+def _log_ndtr_jvp(primals, tangents):
+    # phi / Phi: below the series' switch |x| / p exactly (no cancellation of -x^2/2 against log Phi)
+    (x,), (t,) = primals, tangents
+    ans = log_ndtr(x)
+    xs, p = _ndtr_series(x)
+    slope = jnp.where(x < _NDTR_SERIES_BELOW, -xs / p, jnp.exp(-0.5 * x * x - 0.5 * LOG_2PI - ans))
+    return ans, t * slope
 
 
 def log1mexp(x):
@@ -76,7 +121,7 @@ def log1mexp(x):
     # Double-where so that neither branch produces NaN gradients.
     x_near = jnp.where(near, x, -1.0)
     x_far = jnp.where(near, -1.0, x)
-    return jnp.where(near, jnp.log(-jnp.expm1(x_near)), jnp.log1p(-jnp.exp(x_far)))
+    return jnp.where(near, jnp.log(-jnp.expm1(x_near)), log1p(-jnp.exp(x_far)))
 
 
 def log_sub_exp(a, b):

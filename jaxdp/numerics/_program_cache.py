@@ -28,7 +28,15 @@ import threading
 
 import jax
 
-__all__ = ["call", "compiled_here", "directory", "enable", "enabled", "forget_loaded"]
+__all__ = ["QUICK_COMPILE", "call", "compiled_here", "directory", "enable", "enabled", "forget_loaded", "quick_options"]
+
+#: XLA options for the programs of a method registered with ``quick_compile`` (concrete inputs only; a user's own
+#: ``jit`` compiles with its own options).  XLA:CPU's legacy elemental emitters compile the accountants' long
+#: chains of scalar special functions in about half the time of the fusion emitters (certified's first program
+#: 11.3 -> 5.3 s on two cores, the same value to the last digit, its queries no slower), but make loops over
+#: wide vectors slower (rdp's queries 2x): a method opts in where its queries stay within 1.2x
+#: (``benchmarks/results/startup.md``).  XLA versions without the option (jaxlib >= 0.11) compile as usual.
+QUICK_COMPILE = (("xla_cpu_use_fusion_emitters", False),)
 
 _UNSET = object()
 _DIR = _UNSET  # pathlib.Path, None (off) or _UNSET (read JAXDP_CACHE_DIR on first use)
@@ -114,7 +122,7 @@ def _machine() -> str:
     )
 
 
-def _key(fn, static, treedef, leaves) -> str:
+def _key(fn, static, treedef, leaves, options=()) -> str:
     cheap = (
         fn.__module__,
         fn.__qualname__,
@@ -122,6 +130,7 @@ def _key(fn, static, treedef, leaves) -> str:
         treedef,
         tuple((x.shape, str(x.dtype)) for x in leaves),
         jax.config.jax_enable_x64,
+        options,
     )
     key = _KEYS.get(cheap)
     if key is None:
@@ -130,22 +139,64 @@ def _key(fn, static, treedef, leaves) -> str:
     return key
 
 
-def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True):
+@functools.cache
+def _accepted(options: tuple) -> tuple:
+    """``options`` where this XLA knows them all, else ``()`` (checked once, on a one-op program)."""
+    try:
+        jax.jit(lambda x: x + 1).lower(0.0).compile(compiler_options=dict(options))
+        return options
+    except Exception:  # an XLA without them ("No such compile option"): compile as usual
+        return ()
+
+
+def quick_options(quick: bool) -> tuple:
+    """The compiler options of a ``quick_compile`` method's concrete-input programs here (``()``: none)."""
+    return _accepted(QUICK_COMPILE) if quick else ()
+
+
+def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True, quick: bool = False):
     """``jitted(*args, **static)``, through a compiled program kept on disk when the cache is enabled.
 
-    ``keep=False``: the plain jit (a program holding code the key does not cover: a user's registered method or
-    mechanism class)."""
+    ``keep=False``: not on disk (a program holding code the key does not cover: a user's registered method or
+    mechanism class).  ``quick``: compiled with :data:`QUICK_COMPILE` where this XLA has those options."""
     leaves, treedef = jax.tree_util.tree_flatten(args)
     # (under jax.disable_jit the plain function runs op by op, as the user asked; a compiled program cannot)
     traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
-    if not keep or traced or jax.config.jax_disable_jit or directory() is None:
+    if traced or jax.config.jax_disable_jit:
         return jitted(*args, **static)
+    options = quick_options(quick)
+    if not keep or directory() is None:
+        if not options:
+            return jitted(*args, **static)
+        return _in_memory(jitted, args, static, leaves, treedef, options)
     leaves = [jax.numpy.asarray(x) for x in leaves]
-    key = _key(fn, static, treedef, leaves)
+    key = _key(fn, static, treedef, leaves, options)
     compiled = _LOADED.get(key)
     if compiled is None:
-        compiled = _LOADED[key] = _load_or_compile(key, fn, static, treedef, leaves)
+        compiled = _LOADED[key] = _load_or_compile(key, fn, static, treedef, leaves, options)
     return compiled(*leaves)
+
+
+_IN_MEMORY: dict = {}
+
+
+def _in_memory(jitted, args, static, leaves, treedef, options):
+    """``jitted(*args, **static)`` compiled with ``options``, kept in this process only (jit's own cache cannot
+    take compiler options per call)."""
+    leaves = [jax.numpy.asarray(x) for x in leaves]
+    key = (
+        jitted,
+        tuple(sorted(static.items())),
+        treedef,
+        tuple((x.shape, str(x.dtype)) for x in leaves),
+        jax.config.jax_enable_x64,
+        options,
+    )
+    compiled = _IN_MEMORY.get(key)
+    if compiled is None:
+        args = jax.tree_util.tree_unflatten(treedef, leaves)
+        compiled = _IN_MEMORY[key] = jitted.lower(*args, **static).compile(compiler_options=dict(options))
+    return compiled(*jax.tree_util.tree_unflatten(treedef, leaves))
 
 
 def _flat(fn, static, treedef):
@@ -155,7 +206,7 @@ def _flat(fn, static, treedef):
     return flat
 
 
-def _load_or_compile(key, fn, static, treedef, leaves):
+def _load_or_compile(key, fn, static, treedef, leaves, options=()):
     """The compiled program: read, or compiled and written (kept in memory only where it cannot be serialised)."""
     global _COMPILED_HERE
     from jax.experimental import serialize_executable
@@ -167,7 +218,7 @@ def _load_or_compile(key, fn, static, treedef, leaves):
     except Exception:  # missing, truncated or unreadable: compile afresh
         pass
     _notify(static)
-    compiled, fresh = _compile(_flat(fn, static, treedef), leaves)
+    compiled, fresh = _compile(_flat(fn, static, treedef), leaves, options)
     _COMPILED_HERE += 1
     if not fresh:
         return compiled
@@ -202,13 +253,13 @@ def _listen_for_hits() -> bool:
         return False
 
 
-def _compile(flat, leaves):
+def _compile(flat, leaves, options=()):
     """``(compiled, fresh)``: ``fresh`` is False when the executable came from JAX's own persistent cache (a user's,
     or the tests'): an XLA:CPU executable loaded from there serialises without its code ("Function ... not found"
     when the copy runs), so only what this process compiled itself is kept."""
     listening = _listen_for_hits()
     before = getattr(_HITS, "count", 0)
-    compiled = jax.jit(flat).lower(*leaves).compile()
+    compiled = jax.jit(flat).lower(*leaves).compile(compiler_options=dict(options) if options else None)
     return compiled, listening and getattr(_HITS, "count", 0) == before
 
 

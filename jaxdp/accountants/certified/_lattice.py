@@ -34,7 +34,7 @@ from jaxdp.mechanisms import (
     scaled_exps,
     segment,
 )
-from jaxdp.numerics import argmax, keep_x64_mode, log_normal_mass, mean_factor
+from jaxdp.numerics import argmax, keep_x64_mode, log1p, log_normal_mass, mean_factor
 
 
 def _mixture_of(mech):
@@ -298,7 +298,7 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
     )
     # interval j = 0: below the lattice; j = 1..K-1: cell [l_{j-1}, l_j]; j = K: above.
     # P-masses inflated by their relative error bound (and the rounding of doing so)
-    log_pm = log_pm - jnp.log1p(-err_pm) + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))
+    log_pm = log_pm - log1p(-err_pm) + jnp.log1p(8 * _U * (2.0 + jnp.abs(log_pm)))
     cells_p = log_pm[1:-1]
     cells_q = log_qm[1:-1]
     left = ell[:-1]
@@ -319,7 +319,7 @@ def _step_pmf(mech, direction: str, start, spacing, lattice_size=None, coarse_si
     f = jnp.where(xa > 0, jnp.expm1(jnp.where(xa > 0, xa, 1.0)) / jnp.expm1(width), 0.0)
     f = jnp.clip(f - 8 * _U * (1.0 + jnp.exp(width)), 0.0, 1.0)
     log_a = cells_p + jnp.where(f > 0, jnp.log(jnp.where(f > 0, f, 1.0)), _NEG)
-    log_b = cells_p + jnp.where(f < 1, jnp.log1p(-jnp.where(f < 1, f, 0.0)), _NEG)
+    log_b = cells_p + jnp.where(f < 1, log1p(-jnp.where(f < 1, f, 0.0)), _NEG)
     neg_inf = jnp.full(1, _NEG)
     log_to_k = jnp.concatenate([log_a, neg_inf])  # a of cell k goes to point k
     log_from_below = jnp.concatenate([neg_inf, log_b])  # b of cell k-1 goes to point k

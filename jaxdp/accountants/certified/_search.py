@@ -268,6 +268,7 @@ METHODS = (
         staged=True,
         given_screen_stage=True,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
+        quick_compile=True,
     ),
     MethodInfo(
         "certified-fast",
@@ -281,5 +282,6 @@ METHODS = (
         staged=True,
         given_screen_stage=True,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
+        quick_compile=True,
     ),
 )

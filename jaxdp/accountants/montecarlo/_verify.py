@@ -35,7 +35,7 @@ import numpy as np
 from jaxdp.accountants.montecarlo import _engine
 from jaxdp.accountants.montecarlo._estimate import _plain_sums, parts_of, raw_key
 from jaxdp.mechanisms import PoissonSubsampledGaussian
-from jaxdp.numerics import argmin, float64_scope, minimize_on_grid, pytree_dataclass
+from jaxdp.numerics import argmin, float64_scope, log1p, minimize_on_grid, pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["EvrVerdict", "bennett_num_samples", "evr", "evr_offset", "second_moment_bound"]
@@ -96,7 +96,7 @@ def _log_nu_one(sigma, q, k, eps, log_nu_simple):
     """App. E.3 (first theorem) for ``k`` steps of PSG(sigma, q) under remove, minimised over theta."""
     ts2 = jnp.asarray(_THETA_SIGMA2)
     theta = ts2 / sigma**2
-    log_m = jnp.logaddexp(jnp.log1p(-q), jnp.log(q) + theta) + 0.5 * sigma**2 * theta**2
+    log_m = jnp.logaddexp(log1p(-q), jnp.log(q) + theta) + 0.5 * sigma**2 * theta**2
     log_nu = log_m - ts2 * jnp.log((eps / q + k) / k) - theta / 2.0 + log_nu_simple
     i = argmin(jnp.where(jnp.isfinite(log_nu), log_nu, jnp.inf))
     return log_nu[i], theta[i]
