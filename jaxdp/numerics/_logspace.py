@@ -87,7 +87,7 @@ def _ndtr_series(x):
 @jax.custom_jvp
 def log_ndtr(x):
     """``log Phi(x)`` to a few ulp of ``1 + |log Phi(x)|`` for all float64 ``x`` (checked against mpmath in
-    ``tests/test_numerics.py``).
+    ``tests/test_logspace.py``).
 
     One ``erfc`` of ``|x| / sqrt 2`` (``Phi(x)`` or ``1 - Phi(x)``, relative error ``~ x^2`` ulp: the ``u Z^2`` the
     certified lattice charges) and a six-term asymptotic series below -35: 75 StableHLO ops, where JAX's
@@ -103,7 +103,8 @@ def log_ndtr(x):
 
 @log_ndtr.defjvp
 def _log_ndtr_jvp(primals, tangents):
-    # phi / Phi: below the series' switch |x| / p exactly (no cancellation of -x^2/2 against log Phi)
+    # phi / Phi: below the series' switch |x| / p exactly (no cancellation of -x^2/2 against log Phi); ``ans`` from
+    # log_ndtr itself, so that a second derivative goes through this rule too (through the erfc it loses digits)
     (x,), (t,) = primals, tangents
     ans = log_ndtr(x)
     xs, p = _ndtr_series(x)

@@ -122,16 +122,20 @@ def _machine() -> str:
     )
 
 
-def _key(fn, static, treedef, leaves, options=()) -> str:
-    cheap = (
-        fn.__module__,
-        fn.__qualname__,
+def _signature(static, treedef, leaves, options) -> tuple:
+    """What a program compiled from one function depends on: its static arguments, the argument structure, shapes
+    and dtypes, the x64 mode and the compiler options."""
+    return (
         tuple(sorted(static.items())),
         treedef,
         tuple((x.shape, str(x.dtype)) for x in leaves),
         jax.config.jax_enable_x64,
         options,
     )
+
+
+def _key(fn, static, treedef, leaves, options=()) -> str:
+    cheap = (fn.__module__, fn.__qualname__, *_signature(static, treedef, leaves, options))
     key = _KEYS.get(cheap)
     if key is None:
         parts = (*cheap[:3], str(treedef), *cheap[4:], _machine(), _source_digest())
@@ -165,11 +169,12 @@ def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True, quick: boo
     if traced or jax.config.jax_disable_jit:
         return jitted(*args, **static)
     options = quick_options(quick)
-    if not keep or directory() is None:
-        if not options:
-            return jitted(*args, **static)
-        return _in_memory(jitted, args, static, leaves, treedef, options)
+    on_disk = keep and directory() is not None
+    if not on_disk and not options:
+        return jitted(*args, **static)
     leaves = [jax.numpy.asarray(x) for x in leaves]
+    if not on_disk:
+        return _in_memory(jitted, static, treedef, leaves, options)
     key = _key(fn, static, treedef, leaves, options)
     compiled = _LOADED.get(key)
     if compiled is None:
@@ -180,23 +185,15 @@ def call(jitted, fn, args: tuple, static: dict, *, keep: bool = True, quick: boo
 _IN_MEMORY: dict = {}
 
 
-def _in_memory(jitted, args, static, leaves, treedef, options):
-    """``jitted(*args, **static)`` compiled with ``options``, kept in this process only (jit's own cache cannot
-    take compiler options per call)."""
-    leaves = [jax.numpy.asarray(x) for x in leaves]
-    key = (
-        jitted,
-        tuple(sorted(static.items())),
-        treedef,
-        tuple((x.shape, str(x.dtype)) for x in leaves),
-        jax.config.jax_enable_x64,
-        options,
-    )
+def _in_memory(jitted, static, treedef, leaves, options):
+    """``jitted`` on ``leaves`` compiled with ``options``, kept in this process only (jit's own cache cannot take
+    compiler options per call)."""
+    key = (jitted, *_signature(static, treedef, leaves, options))
+    args = jax.tree_util.tree_unflatten(treedef, leaves)
     compiled = _IN_MEMORY.get(key)
     if compiled is None:
-        args = jax.tree_util.tree_unflatten(treedef, leaves)
         compiled = _IN_MEMORY[key] = jitted.lower(*args, **static).compile(compiler_options=dict(options))
-    return compiled(*jax.tree_util.tree_unflatten(treedef, leaves))
+    return compiled(*args)
 
 
 def _flat(fn, static, treedef):
