@@ -1088,10 +1088,9 @@ def _by_jumps(comp, direction, split_fn, nojump_fn, *args):
     none can (no mixture part, or the static direction ``"add"``).
 
     A traced direction (the entry points' scan over the two directions) takes the split for both: under
-    ``"add"`` no step jumps, the split's jump terms are masked and its bulk is the whole law, the same terms
-    as the no-jump path's (within 5e-12 in epsilon on 60 random PSG cells; the rule has more nodes).  A
-    ``lax.cond`` between the two compiled both into every program (1.5k of 5.5k ops in the epsilon program,
-    4.3k of 18k in its gradient) to save ~1 ms an add-direction query."""
+    ``"add"`` no step jumps, the split's jump terms are masked and its bulk is the whole law, so its terms are
+    the no-jump path's (on a finer rule).  A ``lax.cond`` between the two would compile both paths into every
+    program and its gradient, for a small saving on add-direction queries (docs/accountants/saddlepoint.md)."""
     if not any(isinstance(m, MixtureMechanism) for m in comp.mechanisms):
         return nojump_fn(comp, direction, *args)
     flag = is_add(direction)
