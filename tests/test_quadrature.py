@@ -196,6 +196,34 @@ def test_implicit_root_gradient_ignores_an_infinite_partial_of_a_constant():
         assert float(jax.grad(root)(1.0)) == pytest.approx(1.0, rel=1e-12)
 
 
+def test_implicit_root_partials_forward_and_linearised_agree():
+    """The implicit derivative's partials come from a batched forward-mode Jacobian for a few parameter elements
+    and from one linearisation for more (``_solvers.FORWARD_PARTIALS_MAX``): both against the closed form.  The
+    root of ``sum(a) - x - x^3`` for a vector ``a``: ``dx/da_i = 1 / (1 + 3 x^2)``, under grad, jit(grad), jvp and
+    vmap, on either side of the threshold."""
+    from jaxdp.numerics import _solvers, solve_decreasing
+
+    with jax.enable_x64(True):
+
+        def root(a):
+            return solve_decreasing(lambda x: jnp.sum(a) - x - x**3, -10.0, 10.0)
+
+        for n in (1, _solvers.FORWARD_PARTIALS_MAX, _solvers.FORWARD_PARTIALS_MAX + 1, 40):
+            a = jnp.linspace(0.1, 2.0, n) / n
+            x = float(root(a))
+            assert x + x**3 == pytest.approx(float(jnp.sum(a)), rel=1e-12)
+            want = np.full(n, 1.0 / (1.0 + 3.0 * x * x))
+            np.testing.assert_allclose(np.asarray(jax.grad(root)(a)), want, rtol=1e-12)
+            np.testing.assert_allclose(np.asarray(jax.jit(jax.grad(root))(a)), want, rtol=1e-12)
+            d = jnp.linspace(-1.0, 1.0, n)
+            along = float(jax.jvp(root, (a,), (d,))[1])
+            assert along == pytest.approx(float(want @ np.asarray(d)), rel=1e-10, abs=1e-14)
+            batch = jnp.stack([a, 2.0 * a])
+            xs = np.asarray(jax.vmap(root)(batch))
+            want_batch = (1.0 / (1.0 + 3.0 * xs * xs))[:, None] * np.ones(n)
+            np.testing.assert_allclose(np.asarray(jax.vmap(jax.grad(root))(batch)), want_batch, rtol=1e-12)
+
+
 def test_a_root_and_a_value_found_elsewhere_carry_the_implicit_derivatives():
     """``root_found_elsewhere`` / ``value_found_elsewhere`` (a root and a value computed in a shared iteration):
     the root of ``a^2 - x`` is ``a^2`` (d/da = 2a), ``x^3 a`` there is ``a^7`` (d/da = 7 a^6), forward and reverse,

@@ -425,7 +425,8 @@ def _implicit_step(slope, d_value):
 def _partials(f, x, consts, d_consts):
     """``(df/dx, df/dconsts . d_consts)`` at ``(x, consts)`` for a ``custom_jvp`` rule declared with
     ``symbolic_zeros=True``: ONE linearisation of ``f`` (its primal traced once, then its linear map applied to the
-    two directions), in ``x`` and the consts that carry a tangent only.  A const without one stays a constant: a zero
+    two directions), in ``x`` and the consts that carry a tangent only; for a few real parameter elements, one
+    batched forward-mode Jacobian instead (:func:`_forward_partials`).  A const without one stays a constant: a zero
     tangent multiplied by its partial would be NaN where that partial is infinite (``sqrt`` at 0), the slope with it.
     ``f(x, consts)`` may return a pytree (each leaf's partials).  Known limit: a parameter that does carry a tangent
     and has an infinite partial at ``x`` makes the slope NaN, and the rules then give every parameter a zero
@@ -436,10 +437,50 @@ def _partials(f, x, consts, d_consts):
         out = jax.eval_shape(lambda: f(x, list(consts)))
         zeros = jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), out)
         return zeros, zeros
-    _, lin = jax.linearize(_on_live(f, consts, live), x, [consts[i] for i in live])
-    in_x = lin(jnp.ones_like(x), [jnp.zeros_like(consts[i]) for i in live])
+    at, vals = _on_live(f, consts, live), [consts[i] for i in live]
+    if _few_real(vals):
+        return _forward_partials(at, x, vals, [d_consts[i] for i in live])
+    _, lin = jax.linearize(at, x, vals)
+    in_x = lin(jnp.ones_like(x), [jnp.zeros_like(v) for v in vals])
     along = lin(jnp.zeros_like(x), [d_consts[i] for i in live])
     return in_x, along
+
+
+#: at most this many live parameter elements take the forward-mode Jacobian (:func:`_forward_partials`)
+FORWARD_PARTIALS_MAX = 8
+
+
+def _few_real(vals):
+    return (
+        sum(jnp.size(v) for v in vals) <= FORWARD_PARTIALS_MAX
+        and all(jnp.issubdtype(jnp.result_type(v), jnp.floating) for v in vals)
+    )
+
+
+def _forward_partials(at, x, vals, d_vals):
+    """:func:`_partials` by forward mode, for a few real parameter elements: ``at``'s Jacobian in ``x`` (direction
+    ones) and in each parameter element, one ``jvp`` batched over those ``1 + n`` directions, then contracted with
+    ``d_vals``.
+
+    Why: under reverse mode the linearisation's map applied to ``d_vals`` must be transposed, a second copy of
+    ``at``'s derivative in the program; here the Jacobian is a value computed forward, and the only map left to
+    transpose is the contraction.  A few directions cost about what the linearisation did at query time.
+    """
+    sizes = [int(jnp.size(v)) for v in vals]
+    n = sum(sizes)
+    eye = jnp.eye(n + 1, dtype=jnp.result_type(x))
+    t_x = eye[:, :1].reshape((n + 1,) + (1,) * jnp.ndim(x)) * jnp.ones_like(x)
+    t_vals, start = [], 1
+    for v, m in zip(vals, sizes):
+        t_vals.append(eye[:, start : start + m].astype(jnp.result_type(v)).reshape((n + 1, *jnp.shape(v))))
+        start += m
+    jac = jax.vmap(lambda tx, tv: jax.jvp(at, (x, vals), (tx, tv))[1])(t_x, t_vals)
+    d = jnp.concatenate([jnp.ravel(jnp.asarray(dv, jnp.result_type(v))) for dv, v in zip(d_vals, vals)])
+
+    def along(j):  # (j's leading axis: the directions; the parameters' are rows 1..n)
+        return jnp.tensordot(d.astype(j.dtype), j[1:], axes=1)
+
+    return jax.tree.map(lambda j: j[0], jac), jax.tree.map(along, jac)
 
 
 def _live(consts, d_consts):
