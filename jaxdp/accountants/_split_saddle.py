@@ -889,6 +889,8 @@ def _bulk_saddle_needed(shape, t, eps, n, log_w, first, second):
     """Whether the count-0 term is taken from :func:`_bulk_saddle_rows`: the count 0 is visited on its own, its
     expansion at the curve's tilt is off (``BULK_EDGEWORTH_GAP``, ``BULK_Z_MIN``), and the term at ``t`` is
     within ``e^{ONE_JUMP_SKIP}`` of the others (it was at most 15x low)."""
+    # (a decision: its inputs without their derivatives, so that none is traced for it)
+    shape, t, eps, log_w, first, second = jax.lax.stop_gradient((shape, t, eps, log_w, first, second))
     # (no jumps: the bulk is the whole law, whose saddle point is the curve's tilt already)
     zero = (n[0] == 0) & (n[1] == 1) & jnp.isfinite(log_w[0]) & (shape.jumps > 0)
     a1, a2 = shape.bulk[0], shape.bulk[1]
@@ -896,7 +898,7 @@ def _bulk_saddle_needed(shape, t, eps, n, log_w, first, second):
     rest = jax.nn.logsumexp(jnp.where(jnp.arange(n.shape[0]) == 0, -jnp.inf, log_w + first))
     matters = log_w[0] + first[0] > rest - ONE_JUMP_SKIP
     off = (jnp.abs(second[0] - first[0]) > BULK_EDGEWORTH_GAP) | (jnp.abs(z) > BULK_Z_MIN)
-    return jax.lax.stop_gradient(zero & off & matters)
+    return zero & off & matters
 
 
 def log_delta_split(shape: SplitShape, t, eps, one_jump, bulk_term, many_jumps=None):
@@ -932,12 +934,14 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump, bulk_term, many_jumps=N
     bulk_rows = jax.lax.cond(bulk_needed, lambda: _bulk_saddle_rows(bulk_term, t, eps), lambda: _Rows.stand_in(1))
     one_rows_fn, one_finish = one_jump
     single = (n == 1) & (jnp.abs(n[1] - n[0]) == 1) & (shape.jumps > 0)
-    tc = jax.lax.stop_gradient(jnp.maximum(t, 1e-300))
+    # (a decision, from values without their derivatives)
+    t_c, k0_c, eps_c, log_w_c = jax.lax.stop_gradient((t, shape.k0, eps, log_w))
+    tc = jnp.maximum(t_c, 1e-300)
     log_b = tc * (jnp.log(tc) - jnp.log1p(tc)) - jnp.log1p(tc)
-    w1 = jnp.where(single, log_w, -jnp.inf)
-    reach = jnp.max(jnp.maximum(w1 + shape.k0 - t * eps + log_b, w1 + first))
-    rest = jax.nn.logsumexp(jnp.where(single, -jnp.inf, log_w + first))
-    one_needed = jnp.any(single) & ~(jax.lax.stop_gradient(reach) < jax.lax.stop_gradient(rest) - ONE_JUMP_SKIP)
+    w1 = jnp.where(single, log_w_c, -jnp.inf)
+    reach = jnp.max(jnp.maximum(w1 + k0_c - t_c * eps_c + log_b, w1 + first))
+    rest = jax.nn.logsumexp(jnp.where(single, -jnp.inf, log_w_c + first))
+    one_needed = jnp.any(single) & ~(reach < rest - ONE_JUMP_SKIP)
     proto = jax.eval_shape(one_rows_fn)
     one_rows, one_aux = jax.lax.cond(
         one_needed,

@@ -98,7 +98,9 @@ def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0, mode=None):
     """
     k = b.shape[0]
     present = log_p > -jnp.inf
-    mode = _mode(lr, log_p, b) if mode is None else mode
+    if mode is None:  # (a window's placement, not a centre the moving nodes follow: no derivative traced for it)
+        sg = jax.lax.stop_gradient
+        mode = _mode(sg(lr), sg(log_p), sg(b))
     # For lr < 0 the integrand is log-concave with curvature <= -1 around its
     # mode, so the component centres carry no mass: collapse them onto the mode
     # (zero-length segments) and spend all nodes on the mode and z = 0 windows.
