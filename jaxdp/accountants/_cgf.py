@@ -22,7 +22,7 @@ from jaxdp.mechanisms import (
     mixture_rule,
     scan_stack,
 )
-from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing, sparse_cond
+from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing, sparse_cond, zeros_of
 
 LOG_T_LO = math.log(1e-6)
 LOG_T_HI = math.log(1e7)
@@ -198,7 +198,7 @@ def iterate_on_curve(
         shapes = jax.eval_shape(at, (operands, u))
 
         def skip(ops):  # (a configuration of the batch that is done: its state is kept, these are dropped)
-            return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+            return zeros_of(shapes)
 
         return sparse_cond(active, at, skip, (operands, u), true_unless_batched=True)
 
@@ -255,7 +255,7 @@ def iterate_on_curve(
     u0 = jnp.clip(u0, lo, hi)
     zero = jnp.zeros_like(u0)
     shapes = jax.eval_shape(at, (operands, u0))
-    ev0 = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), (shapes[0], shapes[4]))
+    ev0 = zeros_of((shapes[0], shapes[4]))
     no = jnp.zeros(jnp.shape(u0), bool)
     init = (jnp.array(0), lo, hi, u0, zero, zero, 2.0 * (hi - lo), no, u0, ev0, no)
     state = jax.lax.while_loop(cond, body, init)

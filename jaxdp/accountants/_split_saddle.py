@@ -75,6 +75,7 @@ from jaxdp.numerics import (
     root_and_value_found_elsewhere,
     safeguarded_newton,
     sparse_cond,
+    zeros_of,
 )
 
 #: width (in the privacy loss) of the sigmoid that splits a step's tilted law into bulk and jumps
@@ -948,7 +949,7 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump, bulk_term, many_jumps=N
         one_rows_fn,
         lambda: (
             _Rows.stand_in(proto[0].k0.shape[0]),
-            jax.tree_util.tree_map(lambda p: jnp.zeros(p.shape, p.dtype), proto[1]),
+            zeros_of(proto[1]),
         ),
     )
     size = n.shape[0]

@@ -22,7 +22,7 @@ from jaxdp.numerics._logspace import (
     to_f64,
 )
 from jaxdp.numerics._nufft import SPREAD, nufft1
-from jaxdp.numerics._pytree import pytree_dataclass
+from jaxdp.numerics._pytree import pytree_dataclass, zeros_of
 from jaxdp.numerics._solvers import (
     bracketed_newton,
     bracketed_secant,
@@ -79,4 +79,5 @@ __all__ = [
     "value_found_elsewhere",
     "with_slope",
     "x64_enabled",
+    "zeros_of",
 ]

@@ -13,8 +13,16 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 
-__all__ = ["pytree_dataclass"]
+__all__ = ["pytree_dataclass", "zeros_of"]
+
+
+def zeros_of(shapes):
+    """Zeros shaped as a pytree of ``jax.ShapeDtypeStruct`` (``jax.eval_shape``'s result): the finite stand-in of
+    a branch that is not taken (a skipped ``lax.cond`` branch, a loop's first state), traced without running the
+    function whose shapes they are."""
+    return jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
 def pytree_dataclass(*, data: tuple[str, ...], static: tuple[str, ...] = ()):

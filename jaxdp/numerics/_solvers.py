@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from jaxdp.numerics._logspace import argmin, nan_to
+from jaxdp.numerics._pytree import zeros_of
 
 __all__ = [
     "bracketed_newton",
@@ -434,8 +435,7 @@ def _partials(f, x, consts, d_consts):
     accountants' parameters have finite partials there (PSG at ``q = 1`` included)."""
     live = _live(consts, d_consts)
     if not live:
-        out = jax.eval_shape(lambda: f(x, list(consts)))
-        zeros = jax.tree.map(lambda o: jnp.zeros(o.shape, o.dtype), out)
+        zeros = zeros_of(jax.eval_shape(lambda: f(x, list(consts))))
         return zeros, zeros
     at, vals = _on_live(f, consts, live), [consts[i] for i in live]
     if _few_real(vals):
