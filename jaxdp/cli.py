@@ -46,18 +46,40 @@ class _UsageError(Exception):
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, exit status 2
+        # ("argument --sigma: --sigma must be > 0": a type's own message names its option already)
+        head, _, rest = message.partition(": ")
+        if head.startswith("argument ") and rest.startswith(head.removeprefix("argument ").split("/")[0] + " "):
+            message = rest
         raise _UsageError(message)
 
 
-def _float(name):
+def _float(name, within=None):
+    """argparse type: a number, in the range ``within`` names where given (``_RANGES``), with the library's own
+    message (``jaxdp.numerics.validate``): bad input is refused while parsing, before JAX is imported."""
+
     def parse(text):
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        if within is not None:
+            if not math.isfinite(value):
+                raise argparse.ArgumentTypeError(f"{name} must be finite (not NaN or inf), got {value!r}.")
+            test, words = _RANGES[within]
+            if not test(value):
+                raise argparse.ArgumentTypeError(f"{name} must be {words}, got {value!r}.")
         return value
 
     return parse
+
+
+#: the ranges of the command line's numbers (as ``jaxdp.numerics.validate`` words them)
+_RANGES = {
+    "positive": (lambda v: v > 0, "> 0"),
+    "nonnegative": (lambda v: v >= 0, ">= 0"),
+    "probability": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "open_unit": (lambda v: 0 < v < 1, "in (0, 1)"),
+}
 
 
 def _int(name):
@@ -126,11 +148,16 @@ def _sampling_record(args):
 
 
 def _add_common(p):
-    p.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    p.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]; 1 = no subsampling")
+    p.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
+    p.add_argument(
+        "--q",
+        type=_float("--q", "probability"),
+        default=None,
+        help="sampling probability in (0, 1]; 1 = no subsampling",
+    )
     p.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
     p.add_argument("--mechanism", choices=MECHANISMS, default="poisson-gaussian")
-    p.add_argument("--group-size", type=int, default=None, help="group privacy for k records")
+    p.add_argument("--group-size", type=_int("--group-size"), default=None, help="group privacy for k records")
     p.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
     _add_sampling(p)
     p.add_argument(
@@ -150,24 +177,33 @@ def _add_common(p):
 
 
 def build_parser():
+    from jaxdp import __version__
+
     parser = _Parser(prog="jaxdp", description="Differential-privacy accounting for DP-SGD and friends.")
+    parser.add_argument("--version", action="version", version=f"jaxdp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     pe = sub.add_parser("epsilon", help="epsilon for a target delta")
     _add_common(pe)
-    pe.add_argument("--delta", type=_float("--delta"), required=True, help="target delta in (0, 1)")
+    pe.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="target delta in (0, 1)")
     pd = sub.add_parser("delta", help="delta for a target epsilon")
     _add_common(pd)
-    pd.add_argument("--epsilon", type=_float("--epsilon"), required=True, help="target epsilon (>= 0)")
+    pd.add_argument("--epsilon", type=_float("--epsilon", "nonnegative"), required=True, help="target epsilon (>= 0)")
     pc = sub.add_parser("calibrate", help="noise multiplier (or q, or steps) for a privacy budget")
-    pc.add_argument("--target-epsilon", type=_float("--target-epsilon"), required=True, help="the budget (> 0)")
-    pc.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    pc.add_argument(
+        "--target-epsilon", type=_float("--target-epsilon", "positive"), required=True, help="the budget (> 0)"
+    )
+    pc.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     pc.add_argument("--solve-for", choices=("sigma", "q", "steps"), default="sigma")
-    pc.add_argument("--sigma", type=_float("--sigma"), default=None, help="noise multiplier (when solving for q/steps)")
-    pc.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pc.add_argument(
+        "--sigma", type=_float("--sigma", "positive"), default=None, help="noise multiplier (when solving for q/steps)"
+    )
+    pc.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     pc.add_argument("--steps", type=_steps, default=None, help="number of steps (integer >= 1)")
-    pc.add_argument("--group-size", type=int, default=None, help="group privacy for k records (solving for sigma)")
+    pc.add_argument(
+        "--group-size", type=_int("--group-size"), default=None, help="group privacy for k records (solving for sigma)"
+    )
     _add_sampling(pc)
-    pc.add_argument("--sigma-max", type=_float("--sigma-max"), default=100.0, help="largest sigma searched")
+    pc.add_argument("--sigma-max", type=_float("--sigma-max", "positive"), default=100.0, help="largest sigma searched")
     pc.add_argument("--max-steps", type=_steps, default=10**7, help="largest number of steps searched")
     pc.add_argument("--method", default="characteristic", help="estimate that drives the search")
     pc.add_argument(
@@ -175,8 +211,10 @@ def build_parser():
     )
     pc.add_argument("--json", action="store_true", help="print one JSON object")
     ps = sub.add_parser("sweep", help="calibrate sigma on a grid of (q, steps); CSV and an optional heatmap")
-    ps.add_argument("--target-epsilon", type=_float("--target-epsilon"), required=True, help="the budget (> 0)")
-    ps.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    ps.add_argument(
+        "--target-epsilon", type=_float("--target-epsilon", "positive"), required=True, help="the budget (> 0)"
+    )
+    ps.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     ps.add_argument("--q", type=_floats("--q"), default=None, help="comma-separated sampling probabilities")
     _add_sampling(ps, batch_sizes=True)
     ps.add_argument("--steps", type=_floats("--steps"), required=True, help="comma-separated numbers of steps")
@@ -185,23 +223,25 @@ def build_parser():
     ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
     ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
     pv = sub.add_parser("verify", help="estimate-verify-release: Monte Carlo check of an estimated (epsilon, delta)")
-    pv.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    pv.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pv.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
+    pv.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     _add_sampling(pv)
     pv.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
     pv.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
-    pv.add_argument("--epsilon", type=_float("--epsilon"), required=True, help="the candidate epsilon (>= 0)")
-    pv.add_argument("--delta-est", type=_float("--delta-est"), required=True, help="the estimated delta")
-    pv.add_argument("--tau", type=_float("--tau"), default=0.9, help="tolerated underestimate in (0, 1)")
+    pv.add_argument(
+        "--epsilon", type=_float("--epsilon", "nonnegative"), required=True, help="the candidate epsilon (>= 0)"
+    )
+    pv.add_argument("--delta-est", type=_float("--delta-est", "open_unit"), required=True, help="the estimated delta")
+    pv.add_argument("--tau", type=_float("--tau", "open_unit"), default=0.9, help="tolerated underestimate in (0, 1)")
     pv.add_argument("--seed", type=int, default=0, help="seed of the verifier's samples")
     pv.add_argument("--max-samples", type=int, default=10**8, help="most samples per direction")
     pv.add_argument("--json", action="store_true", help="print one JSON object")
     po = sub.add_parser("online", help="Monte Carlo epsilon after every step, from one sample set")
-    po.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    po.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    po.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
+    po.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     _add_sampling(po)
     po.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
-    po.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    po.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     po.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
     po.add_argument("--samples", type=int, default=100_000, help="sample paths")
     po.add_argument("--seed", type=int, default=0, help="seed")
@@ -210,22 +250,22 @@ def build_parser():
     fmt.add_argument("--csv", action="store_true", help="print CSV: step, epsilon, stderr, ci_low, ci_high")
     po.add_argument("--plot", default=None, help="plot of epsilon against steps (PNG, needs matplotlib)")
     pg = sub.add_parser("group-curve", help="epsilon against the group size, beside the black-box conversion")
-    pg.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    pg.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pg.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
+    pg.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     pg.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
-    pg.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    pg.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     pg.add_argument("--max-group", type=_int("--max-group"), required=True, help="largest group size G")
     pg.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
     pg.add_argument("--method", default=None, help=f"accountant (default {DEFAULT_METHOD!r})")
     _add_sampling(pg)
     _add_outputs(pg)
     pk = sub.add_parser("curve", help="epsilon against the number of steps: estimate and certified bound")
-    pk.add_argument("--sigma", type=_float("--sigma"), required=True, help="noise multiplier (> 0)")
-    pk.add_argument("--q", type=_float("--q"), default=None, help="sampling probability in (0, 1]")
+    pk.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
+    pk.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     pk.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
-    pk.add_argument("--delta", type=_float("--delta"), required=True, help="delta in (0, 1)")
+    pk.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     pk.add_argument("--points", type=_int("--points"), default=40, help="numbers of steps evaluated (log-spaced)")
-    pk.add_argument("--group-size", type=int, default=None, help="group privacy for k records")
+    pk.add_argument("--group-size", type=_int("--group-size"), default=None, help="group privacy for k records")
     pk.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
     pk.add_argument("--method", default="characteristic", help="the estimate")
     pk.add_argument("--certify", default="certified", help="the certified bound ('none' to skip it)")
@@ -980,7 +1020,6 @@ def _run(args):
             info = jaxdp.method_info(name)
             lines.append(f"{name:<14} certified={str(info.certified).lower():<5} {info.description}")
         return "\n".join(lines), None
-    _resolve_sampling(args, q_default=None if args.command in ("calibrate", "sweep") else 1.0)
     if args.command == "calibrate":
         return _calibrate(args)
     if args.command == "sweep":
@@ -1120,6 +1159,36 @@ def _enable_compilation_cache():
     # (the accountants' own programs are kept, compiled, by jaxdp.numerics.program_cache in ``where/programs``)
 
 
+#: the built-in accountants' names (``jaxdp.available_methods()``; ``tests/test_cli.py`` checks the two agree),
+#: and Monte Carlo: a ``--method`` is checked against them before JAX is imported
+KNOWN_METHODS = (
+    "rdp",
+    "exact",
+    "saddlepoint",
+    "saddlepoint-split",
+    "saddlepoint-delta2",
+    "saddlepoint-certified",
+    "certified",
+    "certified-fast",
+    "characteristic",
+    "characteristic-real",
+)
+MONTECARLO = "montecarlo"
+
+
+def _check(args):
+    """The checks that need no accountant (pure Python, before JAX is imported): the method names and the
+    sampling options."""
+    if args.command == "methods":
+        return
+    for option in ("method", "certify"):
+        name = getattr(args, option, None)
+        allowed = KNOWN_METHODS + ((MONTECARLO,) if option == "method" else ("none",))
+        if name is not None and name not in allowed and not (option == "certify" and name.lower() == "none"):
+            raise ValueError(f"--{option}: {option} must be one of {', '.join(map(repr, allowed))}, got {name!r}.")
+    _resolve_sampling(args, q_default=None if args.command in ("calibrate", "sweep") else 1.0)
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     # the library's compile notice is for a person at a terminal: piped, stderr keeps its one line per error
@@ -1128,6 +1197,7 @@ def main(argv=None) -> int:
     notices.disabled = was_disabled or not sys.stderr.isatty()
     try:
         args = parser.parse_args(argv)
+        _check(args)
         _enable_compilation_cache()
         text, _ = _run(args)
     except (_UsageError, ValueError) as err:

@@ -82,6 +82,53 @@ def test_bad_input_exit_2_one_line(capsys, argv, fragment):
     assert fragment in err
 
 
+_BEFORE_JAX = [
+    "--help",
+    "--version",
+    "epsilon --help",
+    "epsilon --sigma -1 --q 0.01 --steps 10 --delta 1e-5",
+    "epsilon --sigma 1 --q 0.01 --steps 10 --delta 1e-5 --method nope",
+    "delta --sigma 1 --q 0.01 --steps 10 --epsilon -2",
+    "calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 10 --certify nope",
+    "verify --sigma 1 --q 0.01 --steps 10 --epsilon 1 --delta-est 2",
+    "curve --sigma 1 --q 0.01 --max-steps 10 --delta 1e-5 --group-size 0",
+    "epsilon --sigma 1 --steps 10 --delta 1e-5 --dataset-size 100",
+]
+
+
+def test_help_version_and_bad_input_are_answered_before_jax_is_imported():
+    """``--help``, ``--version`` and bad input are answered without importing JAX (a user waits a fraction of a
+    second, not JAX's import and a compile): each in a fresh interpreter, which must end without ``jax`` in
+    ``sys.modules``; bad input with status 2 and one line."""
+    code = (
+        "import sys\n"
+        "from jaxdp.cli import main\n"
+        "try:\n"
+        "    rc = main(sys.argv[1:])\n"
+        "except SystemExit as e:\n"
+        "    rc = e.code\n"
+        "print('JAX-IMPORTED' if 'jax' in sys.modules else 'NO-JAX', rc)\n"
+    )
+    for argv in _BEFORE_JAX:
+        run = subprocess.run([sys.executable, "-c", code, *argv.split()], capture_output=True, text=True, check=True)
+        marker, rc = run.stdout.strip().splitlines()[-1].split()
+        assert marker == "NO-JAX", argv
+        if "--help" in argv or "--version" in argv:
+            assert rc in ("0", "None"), (argv, rc)
+        else:
+            assert rc == "2", (argv, rc)
+            assert run.stderr.count("\n") == 1 and run.stderr.startswith("jaxdp: error:"), (argv, run.stderr)
+    version = subprocess.run([sys.executable, "-m", "jaxdp", "--version"], capture_output=True, text=True, check=True)
+    assert version.stdout.strip() == f"jaxdp {jaxdp.__version__}"
+
+
+def test_the_command_line_knows_every_built_in_method():
+    """The names the command line checks ``--method`` against before importing JAX are the registry's."""
+    from jaxdp import cli
+
+    assert set(cli.KNOWN_METHODS) == set(jaxdp.available_methods())
+
+
 def test_console_entry_point_runs():
     out = subprocess.run(
         [
@@ -165,7 +212,7 @@ def test_calibrate_q_and_steps_human(capsys):
     [
         ("calibrate --target-epsilon 8 --delta 1e-5 --q 0.01", "needs --steps"),
         ("calibrate --target-epsilon 8 --delta 1e-5 --solve-for q --steps 10", "needs --sigma"),
-        ("calibrate --target-epsilon -1 --delta 1e-5 --q 0.01 --steps 10", "target_epsilon"),
+        ("calibrate --target-epsilon -1 --delta 1e-5 --q 0.01 --steps 10", "--target-epsilon must be > 0"),
         ("calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 10 --certify saddlepoint", "certify"),
         (
             # (the cheap accountant: the message is the subject, not the method)
