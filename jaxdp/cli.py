@@ -7,9 +7,9 @@
     jaxdp sweep --target-epsilon 8 --delta 1e-5 --q 0.001,0.01,0.1 --steps 100,1000,10000 [--out F.csv] [--plot F.png]
     jaxdp epsilon ... --method montecarlo [--samples N] [--seed S] [--estimator tilted|tilted-one|simple]
     jaxdp verify --sigma 1.0 --q 0.01 --steps 100 --epsilon 2.0 --delta-est 1e-4 [--tau 0.9] [--seed S] [--json]
-    jaxdp online --sigma 1.0 --q 0.01 --max-steps 2000 --delta 1e-5 [--samples N] [--json | --csv] [--plot F.png]
-    jaxdp group-curve --sigma 2 --q 0.01 --steps 2000 --delta 1e-6 --max-group 16 [--json | --csv] [--plot F.png]
-    jaxdp curve --sigma 1 --q 0.01 --max-steps 2000 --delta 1e-5 [--json | --csv] [--plot F.png]
+    jaxdp online --sigma 1.0 --q 0.01 --steps 2000 --delta 1e-5 [--samples N] [--json | --csv] [--plot F.png]
+    jaxdp group-curve --sigma 2 --q 0.01 --steps 2000 --delta 1e-6 --group-size 16 [--json | --csv] [--plot F.png]
+    jaxdp curve --sigma 1 --q 0.01 --steps 2000 --delta 1e-5 [--json | --csv] [--plot F.png]
 
 Every subcommand takes ``--sampling poisson|fixed --dataset-size N --batch-size B`` (fixed: batches of exactly
 B out of N, :meth:`jaxdp.MixtureOfGaussians.fixed_batch_group`; poisson with N and B: q = B / N).
@@ -20,6 +20,7 @@ Bad input exits with status 2 and one line on stderr.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import math
@@ -51,6 +52,15 @@ class _Parser(argparse.ArgumentParser):
         if head.startswith("argument ") and rest.startswith(head.removeprefix("argument ").split("/")[0] + " "):
             message = rest
         raise _UsageError(message)
+
+
+class _Help(argparse.HelpFormatter):
+    """Help that shows each option's default (where it has one worth showing)."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        shown = action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text
+        return f"{text} (default: %(default)s)" if shown and action.option_strings else text
 
 
 def _float(name, within=None):
@@ -156,9 +166,9 @@ def _add_common(p):
         help="sampling probability in (0, 1]; 1 = no subsampling",
     )
     p.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
-    p.add_argument("--mechanism", choices=MECHANISMS, default="poisson-gaussian")
+    p.add_argument("--mechanism", choices=MECHANISMS, default="poisson-gaussian", help="the mechanism of each step")
     p.add_argument("--group-size", type=_int("--group-size"), default=None, help="group privacy for k records")
-    p.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    p.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
     _add_sampling(p)
     p.add_argument(
         "--method",
@@ -182,6 +192,7 @@ def build_parser():
     parser = _Parser(prog="jaxdp", description="Differential-privacy accounting for DP-SGD and friends.")
     parser.add_argument("--version", action="version", version=f"jaxdp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub.add_parser = functools.partial(sub.add_parser, formatter_class=_Help)
     pe = sub.add_parser("epsilon", help="epsilon for a target delta")
     _add_common(pe)
     pe.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="target delta in (0, 1)")
@@ -222,12 +233,13 @@ def build_parser():
     ps.add_argument("--certify", default="certified-fast", help="certified accountant of the check ('none' to skip)")
     ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
     ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
+    ps.add_argument("--json", action="store_true", help="print one JSON object (the CSV still goes to --out)")
     pv = sub.add_parser("verify", help="estimate-verify-release: Monte Carlo check of an estimated (epsilon, delta)")
     pv.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
     pv.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     _add_sampling(pv)
     pv.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
-    pv.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    pv.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
     pv.add_argument(
         "--epsilon", type=_float("--epsilon", "nonnegative"), required=True, help="the candidate epsilon (>= 0)"
     )
@@ -240,9 +252,17 @@ def build_parser():
     po.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
     po.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     _add_sampling(po)
-    po.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
+    po.add_argument(
+        "--steps",
+        "--max-steps",
+        dest="max_steps",
+        metavar="STEPS",
+        type=_steps,
+        required=True,
+        help="the last step (integer >= 1; --max-steps: its earlier name)",
+    )
     po.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
-    po.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    po.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
     po.add_argument("--samples", type=int, default=100_000, help="sample paths")
     po.add_argument("--seed", type=int, default=0, help="seed")
     fmt = po.add_mutually_exclusive_group()
@@ -254,24 +274,41 @@ def build_parser():
     pg.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     pg.add_argument("--steps", type=_steps, required=True, help="number of steps (integer >= 1)")
     pg.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
-    pg.add_argument("--max-group", type=_int("--max-group"), required=True, help="largest group size G")
-    pg.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    pg.add_argument(
+        "--group-size",
+        "--max-group",
+        metavar="GROUP_SIZE",
+        dest="max_group",
+        type=_int("--group-size"),
+        required=True,
+        help="the largest group size G (--max-group: its earlier name)",
+    )
+    pg.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
     pg.add_argument("--method", default=None, help=f"accountant (default {DEFAULT_METHOD!r})")
     _add_sampling(pg)
     _add_outputs(pg)
     pk = sub.add_parser("curve", help="epsilon against the number of steps: estimate and certified bound")
     pk.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
     pk.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
-    pk.add_argument("--max-steps", type=_steps, required=True, help="the last step (integer >= 1)")
+    pk.add_argument(
+        "--steps",
+        "--max-steps",
+        dest="max_steps",
+        metavar="STEPS",
+        type=_steps,
+        required=True,
+        help="the last step (integer >= 1; --max-steps: its earlier name)",
+    )
     pk.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     pk.add_argument("--points", type=_int("--points"), default=40, help="numbers of steps evaluated (log-spaced)")
     pk.add_argument("--group-size", type=_int("--group-size"), default=None, help="group privacy for k records")
-    pk.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove")
+    pk.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
     pk.add_argument("--method", default="characteristic", help="the estimate")
     pk.add_argument("--certify", default="certified", help="the certified bound ('none' to skip it)")
     _add_sampling(pk)
     _add_outputs(pk)
-    sub.add_parser("methods", help="list the accountants")
+    pm = sub.add_parser("methods", help="list the accountants")
+    pm.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
 
 
@@ -562,6 +599,29 @@ def _sweep(args):
     if args.plot is not None:
         _heatmap(args, q, steps, sigma)
         text += f"\nwrote the heatmap to {args.plot}"
+    if args.json:
+        cells = [
+            {
+                "q": float(q[j]),
+                "steps": int(steps[i]),
+                "sigma": _finite_or_none([sigma[i, j]])[0],
+                "epsilon_estimate": _finite_or_none([eps_e[i, j]])[0],
+                "epsilon_certified": _finite_or_none([eps_c[i, j]])[0],
+                "status": messages[i * q.size + j],
+            }
+            for i in range(steps.size)
+            for j in range(q.size)
+        ]
+        record = {
+            "target_epsilon": args.target_epsilon,
+            "delta": args.delta,
+            "method": args.method,
+            "certify": certify,
+            "seconds": seconds,
+            **_sampling_record(args),
+            "cells": cells,
+        }
+        return json.dumps(record), record
     return text.rstrip("\n"), None
 
 
@@ -1015,10 +1075,15 @@ def _run(args):
     from jaxdp.numerics import validate
 
     if args.command == "methods":
-        lines = []
-        for name in jaxdp.available_methods():
-            info = jaxdp.method_info(name)
-            lines.append(f"{name:<14} certified={str(info.certified).lower():<5} {info.description}")
+        infos = [jaxdp.method_info(name) for name in jaxdp.available_methods()]
+        if args.json:
+            record = {
+                "methods": [
+                    {"name": i.name, "certified": bool(i.certified), "description": i.description} for i in infos
+                ]
+            }
+            return json.dumps(record), record
+        lines = [f"{i.name:<14} certified={str(i.certified).lower():<5} {i.description}" for i in infos]
         return "\n".join(lines), None
     if args.command == "calibrate":
         return _calibrate(args)

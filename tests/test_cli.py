@@ -57,6 +57,28 @@ def test_laplace_and_group(capsys):
 def test_methods_listing(capsys):
     assert main(["methods"]) == 0
     assert "rdp" in capsys.readouterr().out
+    listed = _json(capsys, ["methods", "--json"])["methods"]
+    assert [m["name"] for m in listed] == list(jaxdp.available_methods())
+    assert {m["name"]: m["certified"] for m in listed}["certified"] is True
+
+
+def test_help_shows_defaults_and_one_name_per_concept(capsys):
+    """Defaults are in the help; ``--steps`` / ``--group-size`` name the same concept in every subcommand, the
+    earlier ``--max-steps`` / ``--max-group`` kept as aliases."""
+    from jaxdp.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        main(["calibrate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: characteristic)" in text and "(default: certified-fast)" in text
+    parser = build_parser()
+    for new, old in (("--steps", "--max-steps"),):
+        for command in ("curve", "online"):
+            base = [command, "--sigma", "1", "--delta", "1e-5"]
+            assert parser.parse_args([*base, new, "50"]).max_steps == parser.parse_args([*base, old, "50"]).max_steps
+    base = ["group-curve", "--sigma", "1", "--steps", "10", "--delta", "1e-5"]
+    assert parser.parse_args([*base, "--group-size", "4"]).max_group == 4
+    assert parser.parse_args([*base, "--max-group", "4"]).max_group == 4
 
 
 @pytest.mark.parametrize(
@@ -246,6 +268,10 @@ def test_sweep_writes_csv_and_heatmap(capsys, tmp_path, method):
     sigma = {(c[0], c[1]): float(c[2]) for c in cells}
     assert sigma[("0.05", "3000")] > sigma[("0.005", "3000")] and sigma[("0.05", "3000")] > sigma[("0.05", "300")]
     assert png.stat().st_size > 1000
+    # the same grid as one JSON object (the programs above, compiled already)
+    record = _json(capsys, [*argv.split()[:-4], "--json"])
+    assert [(c["q"], c["steps"]) for c in record["cells"]] == [(0.005, 300), (0.05, 300), (0.005, 3000), (0.05, 3000)]
+    assert [c["sigma"] for c in record["cells"]] == pytest.approx([float(c[2]) for c in cells], rel=1e-7)
 
 
 def test_sweep_bad_list(capsys):
