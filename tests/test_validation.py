@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import jaxdp
@@ -101,3 +102,46 @@ def test_directions_and_under():
 
     with pytest.raises(ValueError, match="under must be 'P' or 'Q'"):
         m.sample_output(jax.random.key(0), (2,), under="R")
+
+
+@pytest.mark.parametrize(
+    "mechanism,kwargs,name",
+    [
+        (lambda: jaxdp.PoissonSubsampledGaussian(np.array([0.8, 1.0, 2.0]), 0.01), {}, "noise_multiplier"),
+        (lambda: jaxdp.PoissonSubsampledGaussian(1.0, np.array([0.01, 0.02])), {}, "sampling_prob"),
+        (lambda: jaxdp.PoissonSubsampledGaussian(1.0, 0.01), {"num_steps": np.array([10, 100])}, "num_steps"),
+        (lambda: jaxdp.PoissonSubsampledGaussian(1.0, 0.01), {"delta": [1e-5, 1e-6]}, "delta"),
+        (lambda: jaxdp.Gaussian(1.0), {"epsilon": np.array([1.0, 2.0])}, "epsilon"),
+    ],
+)
+def test_array_inputs_say_to_map(mechanism, kwargs, name):
+    """An array where one configuration's scalar belongs is refused up front, naming the argument and the way to
+    ask for many (before, JAX's broadcasting failed deep inside the accountant)."""
+    query = {"num_steps": 100, **kwargs}
+    if "epsilon" in query:
+        entry = jaxdp.delta_for_epsilon
+    else:
+        entry = jaxdp.epsilon_for_delta
+        query.setdefault("delta", 1e-5)
+    with pytest.raises(ValueError, match=rf"{name} must be a scalar, got shape .*jax\.vmap"):
+        entry(mechanism(), method="rdp", **query)
+
+
+def test_a_batched_mechanism_under_vmap_is_one_configuration_per_call():
+    """The scalar check leaves ``jax.vmap`` over a batched mechanism pytree alone (against the scalar calls)."""
+    import jax
+    import jax.numpy as jnp
+
+    sigmas = jnp.array([0.8, 1.0, 2.0])
+    batched = jax.vmap(lambda m: jaxdp.epsilon_for_delta(m, num_steps=100, delta=1e-5, method="rdp"))(
+        jaxdp.PoissonSubsampledGaussian(sigmas, jnp.full(3, 0.01))
+    )
+    one = [
+        float(
+            jaxdp.epsilon_for_delta(
+                jaxdp.PoissonSubsampledGaussian(float(s), 0.01), num_steps=100, delta=1e-5, method="rdp"
+            )
+        )
+        for s in sigmas
+    ]
+    np.testing.assert_allclose(np.asarray(batched), one, rtol=1e-5)

@@ -29,7 +29,7 @@ from jaxdp.accountants._registry import (
 )
 from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants._staging import Facts, assume, assumed, of_concrete
-from jaxdp.mechanisms import Composition, as_composition
+from jaxdp.mechanisms import Composition, Gaussian, Laplace, PoissonSubsampledGaussian, as_composition
 from jaxdp.numerics import NEAREST, float64_entry, float64_scope, nan_to, program_cache, to_f64
 from jaxdp.numerics import validate as _validate
 
@@ -82,7 +82,22 @@ def default_method(mechanism, num_steps=1) -> str:
     return DEFAULT_METHOD if method_info(DEFAULT_METHOD).supports(comp) else FALLBACK_METHOD
 
 
+def _one_configuration(name, value):
+    """A query is one configuration: an array where a scalar belongs is refused with the way to ask for many
+    (JAX's own broadcasting error deep inside an accountant says nothing of it)."""
+    shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)  # (a list too, or a tracer)
+    if shape != ():
+        raise ValueError(
+            f"{name} must be a scalar, got shape {shape}: one call accounts one configuration; for many, map it "
+            "with jax.vmap or jaxdp.sweep (the calibrators broadcast their arguments themselves)."
+        )
+
+
 def _prepare(mechanism, num_steps, method):
+    _one_configuration("num_steps", num_steps)
+    if isinstance(mechanism, (Gaussian, Laplace, PoissonSubsampledGaussian)):  # (scalar parameters by definition)
+        for path, value in jax.tree_util.tree_flatten_with_path(mechanism)[0]:
+            _one_configuration(f"{type(mechanism).__name__}{jax.tree_util.keystr(path)}", value)
     _validate.num_steps("num_steps", num_steps)
     if method is None:
         method = default_method(mechanism, num_steps)
@@ -318,6 +333,7 @@ def log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None
 
 @float64_entry
 def _log_delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = None):
+    _one_configuration("epsilon", epsilon)
     _validate.nonnegative("epsilon", epsilon)
     info, comp, facts = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(epsilon, jnp.float64))
@@ -354,7 +370,8 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
       computation is float64 either way; see "Float64" in the README).
 
     Raises:
-      ValueError: for out-of-range concrete arguments or an unknown method.
+      ValueError: for out-of-range concrete arguments, an unknown method, or an array where a scalar belongs
+        (one call is one configuration: ``jax.vmap`` it, or use :func:`jaxdp.sweep`, for many).
 
     Formal Guarantees:
       With a ``certified`` method (see :func:`method_info`) the value is an
@@ -401,7 +418,8 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
       inside your ``jit``/``vmap``/``grad`` with x64 off: float32, rounded upwards.
 
     Raises:
-      ValueError: for out-of-range concrete arguments or an unknown method.
+      ValueError: for out-of-range concrete arguments, an unknown method, or an array where a scalar belongs
+        (one call is one configuration: ``jax.vmap`` it, or use :func:`jaxdp.sweep`, for many).
 
     Formal Guarantees:
       With a ``certified`` method the value is an upper bound on the optimal
@@ -426,6 +444,7 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
 
 @float64_entry
 def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
+    _one_configuration("delta", delta)
     _validate.open_unit("delta", delta)
     info, comp, facts = _prepare(mechanism, num_steps, method)
     args = (comp, jnp.asarray(delta, jnp.float64))
