@@ -139,8 +139,8 @@ def curves(lines, quick):
     g = 8 if quick else 16
     lines += ["## 4. Group curves", ""]
     for name, extra in (
-        ("group_curve_poisson.png", f"--sigma 2 --q 0.01 --max-group {g}"),
-        ("group_curve_fixed.png", f"--sigma 2 --sampling fixed --dataset-size 50000 --batch-size 500 --max-group {g}"),
+        ("group_curve_poisson.png", f"--sigma 2 --q 0.01 --group-size {g}"),
+        ("group_curve_fixed.png", f"--sigma 2 --sampling fixed --dataset-size 50000 --batch-size 500 --group-size {g}"),
     ):
         path = os.path.join(out, name)
         t = time.perf_counter()

@@ -53,7 +53,7 @@ def main():
 
         cli(
             f"group-curve --sigma {args.sigma} --sampling fixed --dataset-size {N} --batch-size {B} --steps {STEPS} "
-            f"--delta {DELTA} --max-group {args.max_group} --method characteristic --plot {args.plot}".split()
+            f"--delta {DELTA} --group-size {args.max_group} --method characteristic --plot {args.plot}".split()
         )
 
 

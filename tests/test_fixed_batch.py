@@ -317,7 +317,7 @@ def test_cli_fixed_batch_epsilon(capsys):
             "--solve-for steps --sigma 1",
             "noise multiplier only",
         ),
-        ("group-curve --sigma 1 --q 0.01 --steps 10 --delta 1e-5 --max-group 0", "--max-group"),
+        ("group-curve --sigma 1 --q 0.01 --steps 10 --delta 1e-5 --group-size 0", "--group-size must be an integer"),
     ],
 )
 def test_cli_sampling_errors(capsys, argv, fragment):
@@ -343,7 +343,7 @@ def test_cli_group_curve_outputs_and_plot(capsys, tmp_path):
     plot = tmp_path / "group.png"
     # the command line's outputs are under test, not the accountant: the one-Gaussian estimate (the split estimate
     # meets group mixtures in test_saddlepoint_split.py, in programs of its own)
-    base = f"group-curve --sigma 2 --steps {STEPS} --delta {DELTA} --max-group 3 --method saddlepoint-delta2"
+    base = f"group-curve --sigma 2 --steps {STEPS} --delta {DELTA} --group-size 3 --method saddlepoint-delta2"
     r = _json(capsys, f"{base} --sampling fixed --dataset-size {N} --batch-size {B} --json --plot {plot}".split())
     assert r["group_size"] == [1, 2, 3] and len(r["epsilon"]) == 3 and len(r["poisson_epsilon"]) == 3
     assert all(f > p for f, p in zip(r["epsilon"], r["poisson_epsilon"]))
@@ -358,7 +358,7 @@ def test_cli_curve_outputs_and_plot(capsys, tmp_path):
     plot = tmp_path / "curve.png"
     r = _json(
         capsys,
-        f"curve --sigma 1 --q 0.01 --max-steps 200 --delta 1e-5 --points 5 --method saddlepoint "
+        f"curve --sigma 1 --q 0.01 --steps 200 --delta 1e-5 --points 5 --method saddlepoint "
         f"--certify rdp --json --plot {plot}".split(),
     )
     assert r["steps"][0] == 1 and r["steps"][-1] == 200
@@ -383,7 +383,7 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
     assert rec["sampling"] == "fixed" and rec["q"] == pytest.approx(0.5)
     est = rec["delta_estimate"]
     assert abs(est - float(ref.value)) <= 6 * float(ref.stderr) + 0.02 * float(ref.value)
-    _, rec = run(f"online --sigma 4 --max-steps 3 --delta 1e-3 --samples 20000 --json {fixed}")
+    _, rec = run(f"online --sigma 4 --steps 3 --delta 1e-3 --samples 20000 --json {fixed}")
     assert rec["sampling"] == "fixed" and rec["steps"] == [1, 2, 3]
     rdp = float(
         jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(2.0, 5 / 11), delta=1e-3, num_steps=3, method="rdp")

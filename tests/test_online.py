@@ -115,7 +115,7 @@ def test_the_command_line_says_which_steps_are_refused(capsys):
     """``jaxdp online`` names the refused steps and why, in the report and in its JSON (null, not a number)."""
     from jaxdp.cli import main
 
-    argv = "online --sigma 1.0 --q 0.5 --max-steps 5 --delta 1e-12 --samples 200".split()
+    argv = "online --sigma 1.0 --q 0.5 --steps 5 --delta 1e-12 --samples 200".split()
     assert main([*argv, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["refused"][1:] == [True] * 4 and out["epsilon"][1:] == [None] * 4
