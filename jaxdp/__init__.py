@@ -84,11 +84,17 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
     if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        module = _EXPORTS[name]
     elif name in _SUBPACKAGES:
-        value = importlib.import_module(f"jaxdp.{name}")
+        module = f"jaxdp.{name}"
     else:
         raise AttributeError(f"module 'jaxdp' has no attribute {name!r}")
+    import jax
+
+    # the first use may come inside a user's jit: the modules' import-time work must not be traced into it
+    with jax.ensure_compile_time_eval():
+        imported = importlib.import_module(module)
+    value = imported if name in _SUBPACKAGES else getattr(imported, name)
     globals()[name] = value  # (looked up once)
     return value
 

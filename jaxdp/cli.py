@@ -1071,6 +1071,7 @@ def _supports(method, mech):
 
 
 def _run(args):
+    _check(args)
     import jaxdp
     from jaxdp.numerics import validate
 
@@ -1243,9 +1244,10 @@ MONTECARLO = "montecarlo"
 
 def _check(args):
     """The checks that need no accountant (pure Python, before JAX is imported): the method names and the
-    sampling options."""
-    if args.command == "methods":
+    sampling options (once: :func:`_run` calls it too, for a caller that parsed the arguments itself)."""
+    if args.command == "methods" or getattr(args, "checked", False):
         return
+    args.checked = True
     for option in ("method", "certify"):
         name = getattr(args, option, None)
         allowed = KNOWN_METHODS + ((MONTECARLO,) if option == "method" else ("none",))

@@ -86,6 +86,25 @@ def test_import_rules(path):
         assert not (name and name.startswith("_")), f"private name across packages: {where}"
 
 
+def test_no_jax_array_is_made_at_import():
+    """No module makes a JAX array when it is imported (a module-level ``jnp.`` call): ``import jaxdp`` imports the
+    accountants on first use, which may be inside a user's ``jit``, where such an array is a tracer of that trace
+    and leaks into the next (regression: ``certified-fast`` after ``certified`` under a user's jit failed with
+    UnexpectedTracerError on the certified search's ``jnp.array`` constants); it would also take the user's x64
+    setting at import.  NumPy constants are the rule."""
+    bad = []
+    for path in _sources():
+        for node in ast.parse(path.read_text()).body:
+            value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+            if value is None:
+                continue
+            for call in ast.walk(value):
+                func = call.func if isinstance(call, ast.Call) else None
+                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "jnp":
+                    bad.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not bad, bad
+
+
 @pytest.mark.parametrize("path", _sources(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_private_attribute_of_another_module(path):
     """``module._name`` on an imported jaxdp module (e.g. ``_saddlepoint._k012``) is not used."""

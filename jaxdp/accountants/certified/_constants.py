@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.mechanisms import LOG_ZERO, NEWTON_MAX_ITER, X_FAR
@@ -28,9 +27,11 @@ _GAMMA4 = 4 * _U / (1 - 4 * _U)
 _TINY = 1e-300
 _NEG = LOG_ZERO
 _X_FAR = X_FAR
-_CHERNOFF_STEPS = jnp.array([0.25, 1.0, 2.0, 4.0, 6.0, 16.0, 64.0])  # s - t, in 1 / (tilted deviation)
-_CHERNOFF_ABS = jnp.array([16.0, 128.0, 1024.0, 8192.0])  # and absolute s (a few steps of a tiny q: bimodal laws)
-_EPS_NUDGES = jnp.array([1e-12, 1e-9])
+# (NumPy, not JAX arrays: a module's JAX array would be made under whatever trace and x64 setting are active when
+# the module is first imported, e.g. inside a user's jit, and leak out of that trace)
+_CHERNOFF_STEPS = np.array([0.25, 1.0, 2.0, 4.0, 6.0, 16.0, 64.0])  # s - t, in 1 / (tilted deviation)
+_CHERNOFF_ABS = np.array([16.0, 128.0, 1024.0, 8192.0])  # and absolute s (a few steps of a tiny q: bimodal laws)
+_EPS_NUDGES = np.array([1e-12, 1e-9])
 _FAST_ORDER = 10  # the same for the linear-space sum of the cells, w max(1, |m|) <= _FAST_NARROW
 _FAST_NARROW = 0.125
 _BAD_CELLS = 1024  # cells computed in log space (a component is wide there) without the full fallback
