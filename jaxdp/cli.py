@@ -20,7 +20,6 @@ Bad input exits with status 2 and one line on stderr.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import logging
 import math
@@ -46,6 +45,10 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # one line, exit status 2
         # ("argument --sigma: --sigma must be > 0": a type's own message names its option already)
         head, _, rest = message.partition(": ")
@@ -186,13 +189,25 @@ def _add_common(p):
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_last_step(p):
+    """``--steps`` of the subcommands that run to a last step (``--max-steps``: its earlier name, kept)."""
+    p.add_argument(
+        "--steps",
+        "--max-steps",
+        dest="max_steps",
+        metavar="STEPS",
+        type=_steps,
+        required=True,
+        help="the last step (integer >= 1; --max-steps: its earlier name)",
+    )
+
+
 def build_parser():
     from jaxdp import __version__
 
     parser = _Parser(prog="jaxdp", description="Differential-privacy accounting for DP-SGD and friends.")
     parser.add_argument("--version", action="version", version=f"jaxdp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    sub.add_parser = functools.partial(sub.add_parser, formatter_class=_Help)
     pe = sub.add_parser("epsilon", help="epsilon for a target delta")
     _add_common(pe)
     pe.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="target delta in (0, 1)")
@@ -252,15 +267,7 @@ def build_parser():
     po.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
     po.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
     _add_sampling(po)
-    po.add_argument(
-        "--steps",
-        "--max-steps",
-        dest="max_steps",
-        metavar="STEPS",
-        type=_steps,
-        required=True,
-        help="the last step (integer >= 1; --max-steps: its earlier name)",
-    )
+    _add_last_step(po)
     po.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     po.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
     po.add_argument("--samples", type=int, default=100_000, help="sample paths")
@@ -290,15 +297,7 @@ def build_parser():
     pk = sub.add_parser("curve", help="epsilon against the number of steps: estimate and certified bound")
     pk.add_argument("--sigma", type=_float("--sigma", "positive"), required=True, help="noise multiplier (> 0)")
     pk.add_argument("--q", type=_float("--q", "probability"), default=None, help="sampling probability in (0, 1]")
-    pk.add_argument(
-        "--steps",
-        "--max-steps",
-        dest="max_steps",
-        metavar="STEPS",
-        type=_steps,
-        required=True,
-        help="the last step (integer >= 1; --max-steps: its earlier name)",
-    )
+    _add_last_step(pk)
     pk.add_argument("--delta", type=_float("--delta", "open_unit"), required=True, help="delta in (0, 1)")
     pk.add_argument("--points", type=_int("--points"), default=40, help="numbers of steps evaluated (log-spaced)")
     pk.add_argument("--group-size", type=_int("--group-size"), default=None, help="group privacy for k records")

@@ -86,6 +86,22 @@ def test_import_rules(path):
         assert not (name and name.startswith("_")), f"private name across packages: {where}"
 
 
+def test_the_public_face_lists_each_name_once_for_both_readers():
+    """``jaxdp/__init__.py`` names its exports twice, for the lazy ``__getattr__`` and, in its ``TYPE_CHECKING``
+    block, for type checkers: both say the same, and every name resolves to the subpackage's own object."""
+    import importlib
+
+    tree = ast.parse((ROOT / "__init__.py").read_text())
+    static = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                static.update({a.name: imp.module for a in imp.names})
+    assert static == jaxdp._EXPORTS
+    for name, module in static.items():
+        assert getattr(jaxdp, name) is getattr(importlib.import_module(module), name)
+
+
 def test_no_jax_array_is_made_at_import():
     """No module makes a JAX array when it is imported (a module-level ``jnp.`` call): ``import jaxdp`` imports the
     accountants on first use, which may be inside a user's ``jit``, where such an array is a tracer of that trace
