@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     **dict.fromkeys(
         (
+            "EvrPlan",
             "EvrVerdict",
             "GroupCurve",
             "MethodInfo",
@@ -33,6 +34,7 @@ _EXPORTS = {
             "epsilon_for_delta",
             "evr",
             "evr_offset",
+            "evr_plan",
             "group_curve",
             "log_delta_for_epsilon",
             "method_info",
@@ -104,6 +106,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported eagerly)
+    from jaxdp.accountants import EvrPlan as EvrPlan
     from jaxdp.accountants import EvrVerdict as EvrVerdict
     from jaxdp.accountants import GroupCurve as GroupCurve
     from jaxdp.accountants import MethodInfo as MethodInfo
@@ -118,6 +121,7 @@ if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported ea
     from jaxdp.accountants import epsilon_for_delta as epsilon_for_delta
     from jaxdp.accountants import evr as evr
     from jaxdp.accountants import evr_offset as evr_offset
+    from jaxdp.accountants import evr_plan as evr_plan
     from jaxdp.accountants import group_curve as group_curve
     from jaxdp.accountants import log_delta_for_epsilon as log_delta_for_epsilon
     from jaxdp.accountants import method_info as method_info

@@ -5,7 +5,7 @@
     jaxdp calibrate --target-epsilon 8 --delta 1e-5 --q 0.01 --steps 2000 [--method M] [--json]
     jaxdp calibrate --solve-for q|steps --sigma 0.8 ... (the other two given)
     jaxdp sweep --target-epsilon 8 --delta 1e-5 --q 0.001,0.01,0.1 --steps 100,1000,10000 [--out F.csv] [--plot F.png]
-    jaxdp epsilon ... --method montecarlo [--samples N] [--seed S] [--estimator tilted|tilted-one|simple]
+    jaxdp epsilon ... --method montecarlo [--samples N] [--seed S] [--estimator tilted|tilted-one|tilted-exact|simple]
     jaxdp verify --sigma 1.0 --q 0.01 --steps 100 --epsilon 2.0 --delta-est 1e-4 [--tau 0.9] [--seed S] [--json]
     jaxdp online --sigma 1.0 --q 0.01 --steps 2000 --delta 1e-5 [--samples N] [--json | --csv] [--plot F.png]
     jaxdp group-curve --sigma 2 --q 0.01 --steps 2000 --delta 1e-6 --group-size 16 [--json | --csv] [--plot F.png]
@@ -182,7 +182,7 @@ def _add_common(p):
     p.add_argument("--seed", type=int, default=0, help="Monte Carlo seed (--method montecarlo)")
     p.add_argument(
         "--estimator",
-        choices=("tilted", "tilted-one", "simple"),
+        choices=("tilted", "tilted-one", "tilted-exact", "simple"),
         default="tilted",
         help="Monte Carlo estimator (--method montecarlo)",
     )
@@ -357,6 +357,7 @@ def _with_progress(label, fn):
 
 def _verify(args):
     import jax
+    import numpy as np
 
     import jaxdp
     from jaxdp.numerics import validate
@@ -365,6 +366,10 @@ def _verify(args):
     validate.nonnegative("--epsilon", args.epsilon)
     validate.probability("--q", args.q)
     mech = _sampled_mechanism(args)
+    # the estimator and its proven sample count, said before anything is sampled
+    plan = jaxdp.evr_plan(mech, num_steps=args.steps, epsilon=args.epsilon, delta_est=args.delta_est, tau=args.tau)
+    if not args.json:
+        print(f"jaxdp verify: {plan}", file=sys.stderr, flush=True)
     verdict = _with_progress(
         "verifying",
         lambda: jaxdp.evr(
@@ -389,6 +394,10 @@ def _verify(args):
         "samples": int(verdict.samples),
         "seconds": float(verdict.seconds),
         "estimators": list(verdict.estimators),
+        "plan": {
+            d: {"estimator": name, "samples": int(np.max(need)), "proven_counts": counts}
+            for d, name, need, counts in zip(plan.directions, plan.estimators, plan.samples, plan.counts)
+        },
         "seed": args.seed,
         "sigma": args.sigma,
         "q": args.q,

@@ -25,6 +25,7 @@ from jaxdp.accountants._exact import log_delta_gaussian
 from jaxdp.accountants._group import GroupCurve, group_curve
 from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants.montecarlo import (
+    EvrPlan,
     EvrVerdict,
     MonteCarloEstimate,
     MonteCarloGradient,
@@ -32,6 +33,7 @@ from jaxdp.accountants.montecarlo import (
     bennett_num_samples,
     evr,
     evr_offset,
+    evr_plan,
     montecarlo_delta,
     montecarlo_epsilon,
     montecarlo_grad,
@@ -40,6 +42,7 @@ from jaxdp.accountants.montecarlo import (
 )
 
 __all__ = [
+    "EvrPlan",
     "EvrVerdict",
     "GroupCurve",
     "MethodInfo",
@@ -56,6 +59,7 @@ __all__ = [
     "epsilon_of_concrete",
     "evr",
     "evr_offset",
+    "evr_plan",
     "group_curve",
     "log_delta_for_epsilon",
     "log_delta_gaussian",

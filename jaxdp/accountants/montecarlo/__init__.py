@@ -15,14 +15,17 @@ from jaxdp.accountants.montecarlo._estimate import (
 )
 from jaxdp.accountants.montecarlo._online import OnlineCurve, online_epsilon
 from jaxdp.accountants.montecarlo._verify import (
+    EvrPlan,
     EvrVerdict,
     bennett_num_samples,
     evr,
     evr_offset,
+    evr_plan,
     second_moment_bound,
 )
 
 __all__ = [
+    "EvrPlan",
     "EvrVerdict",
     "MonteCarloEstimate",
     "MonteCarloGradient",
@@ -30,6 +33,7 @@ __all__ = [
     "bennett_num_samples",
     "evr",
     "evr_offset",
+    "evr_plan",
     "montecarlo_delta",
     "montecarlo_epsilon",
     "montecarlo_grad",

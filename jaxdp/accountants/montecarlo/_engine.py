@@ -12,6 +12,9 @@ Estimators (``log w`` is the log importance weight, ``dP/dG`` for the proposal `
 * ``"tilted"``: every step drawn from its exponential tilt ``P_theta`` (in the output ``x``), each
   step's ``theta`` such that its tilted mean loss is the saddle-point tilt's ``K_i'(t*)``,
   ``sum_i K_i'(t*) = eps + 1/t* + 1/(1 + t*)``; ``log w = sum_i (log M_i(theta_i) - theta_i x_i)``.
+* ``"tilted-exact"``: every step drawn exactly from a tilt with a closed-form normaliser (``_exact_tilt``): the
+  loss tilt ``P e^{t l} / M(t)`` (Gaussian steps, and subsampled ones under remove at a whole ``t``) or, for
+  one repeated subsampled Gaussian under add, the output tilt; each sample has a proven upper bound.
 * ``"tilted-one"``: one step, picked uniformly, drawn from its tilt whose mean loss is ``eps``
   (Def. 16, generalised to any family and heterogeneous steps);
   ``w = (T^-1 sum_i e^{theta_i x_i} / M_i(theta_i))^-1``.
@@ -30,11 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from jaxdp.accountants.montecarlo import _exact_tilt
 from jaxdp.accountants.montecarlo import _families as fam_mod
 
 CHUNK = 4096
 BLOCK = 256
-ESTIMATORS = ("simple", "tilted", "tilted-one")
+ESTIMATORS = ("simple", "tilted", "tilted-one", "tilted-exact")
 
 
 class Part(NamedTuple):
@@ -75,6 +79,9 @@ def plan_proposals(parts, direction, eps, estimator, theta_one=None):
     fams = [fam_mod.family(p.mech, direction) for p in parts]
     if estimator == "simple":
         return [(fam_mod.untilted(f), None) for f in fams]
+    if estimator == "tilted-exact":  # theta_one: the tilt (shape (1,)), else the one of the smallest range
+        tilt = _exact_tilt.best_tilt(parts, direction, eps)[0] if theta_one is None else theta_one[0]
+        return [(prop, None) for prop in _exact_tilt.proposals(parts, direction, tilt)]
     if estimator == "tilted-one":
         thetas = [fam_mod.solve_theta(f, eps) if theta_one is None else theta_one[i] for i, f in enumerate(fams)]
         return [(fam_mod.x_tilt(f, th), fam_mod.untilted(f)) for f, th in zip(fams, thetas)]
@@ -100,6 +107,12 @@ def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CH
         width = min(part.count, BLOCK)
         num_blocks = -(-part.count // width)
         key_p = jax.random.fold_in(key_c, idx + 1)
+        if estimator == "tilted-exact" and _exact_tilt.is_gaussian(part.mech):
+            # the loss of Gaussian steps is linear in the output: their sum is one Gaussian draw, exactly
+            ell, lw = _exact_tilt.gaussian_part_sums(prop, fam, key_p, size, part.count)
+            loss, log_w = loss + ell, log_w + lw
+            offset += part.count
+            continue
 
         def block(carry, b, fam=fam, prop=prop, base=base, width=width, part=part, key_p=key_p, offset=offset):
             loss, log_w, lse = carry
@@ -111,16 +124,19 @@ def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CH
                 x = fam_mod.draw(prop, k_b, (size, width), tilted, base)
                 a = fam_mod.log_tilt_ratio(prop, x)
                 lse = jnp.logaddexp(lse, jax.nn.logsumexp(jnp.where(valid, a, -jnp.inf), axis=1))
+            elif estimator == "tilted-exact":
+                x, ell = _exact_tilt.draw(prop, fam, k_b, (size, width))
+                log_w = log_w + jnp.sum(jnp.where(valid, _exact_tilt.log_weight(prop, ell), 0.0), axis=1)
             elif estimator == "tilted":
                 x, log_g = fam_mod.draw_with_density(prop, k_b, (size, width))
                 ell, log_p = fam_mod.loss_and_log_density(fam, x)
                 log_w = log_w + jnp.sum(jnp.where(valid, log_p - log_g, 0.0), axis=1)
             else:
                 x = fam_mod.draw(prop, k_b, (size, width))
-            if estimator != "tilted":
+            if estimator not in ("tilted", "tilted-exact"):
                 ell = fam_mod.loss(fam, x)
             loss = loss + jnp.sum(jnp.where(valid, ell, 0.0), axis=1)
-            if estimator != "tilted" and with_grad:
+            if estimator not in ("tilted", "tilted-exact") and with_grad:
                 ref = base if base is not None else prop
                 if estimator == "simple":
                     ref = prop

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from jaxdp.accountants.montecarlo import _engine
+from jaxdp.accountants.montecarlo import _engine, _exact_tilt
 from jaxdp.accountants.montecarlo import _families as fam_mod
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import argmax, float64_entry, float64_scope, pytree_dataclass, to_f64
@@ -333,6 +333,12 @@ _epsilon_jit = jax.jit(_epsilon_impl, static_argnames=("counts", "directions", "
 
 
 def _statics(parts, comp, estimator, num_samples, confidence):
+    directions = tuple(str(d.value) if hasattr(d, "value") else str(d) for d in comp.directions)
+    if estimator == "tilted-exact" and any(_exact_tilt.kind(parts, d) is None for d in directions):
+        raise ValueError(
+            "estimator='tilted-exact' samples Gaussian steps, and Poisson-subsampled Gaussian ones under 'remove' "
+            "(under 'add': one repeated Poisson-subsampled Gaussian); use 'tilted' for this mechanism."
+        )
     return dict(
         counts=tuple(p.count for p in parts),
         directions=tuple(str(d.value) if hasattr(d, "value") else str(d) for d in comp.directions),
@@ -528,6 +534,8 @@ def montecarlo_grad(
     if (epsilon is None) == (delta is None):
         raise ValueError("give exactly one of epsilon and delta.")
     comp, parts = parts_of(mechanism, num_steps)
+    if estimator == "tilted-exact":
+        raise ValueError("estimator='tilted-exact' has no gradient estimator; use 'tilted' or 'simple'.")
     statics = _statics(parts, comp, estimator, num_samples, confidence)
     mechs = tuple(p.mech for p in parts)
     if delta is not None:

@@ -1,0 +1,224 @@
+"""The ``"tilted-exact"`` estimator: every step drawn exactly from the privacy-loss tilt ``P e^{t l} / M(t)``,
+weighted with a closed-form or proven upper ``log M``, so that each sample's value has a proven upper bound (its
+*range*), which the verifier turns into a sample count.
+
+With ``L`` the composed privacy loss, ``h(L) = (1 - e^{eps - L})_+`` and ``K(t) = sum_i log M_i(t)``, the estimator
+``Z = h(L) e^{-t L + K(t)}`` on samples of the tilt is unbiased for ``delta(eps)``, and maximising over
+``u = L - eps > 0`` gives ``0 <= Z <= b(t) = e^{K(t) - t eps} (t / (1 + t))^t / (1 + t)``.  Where the weight uses
+an upper bound ``K_up >= K`` instead of ``K``, ``Z``'s mean is ``delta e^{K_up - K} >= delta`` (a conservative
+estimate) and its range is ``b`` with ``K_up``.  ``docs/evr_tilt.md`` holds the proofs.  The tilts:
+
+* a Gaussian step: ``N(1 + t, s^2)`` under remove and ``N(-t, s^2)`` under add, ``log M = t (1 + t) / (2 s^2)``
+  (any ``t > 0``);
+* a Poisson-subsampled Gaussian step under remove, with ``n = 1 + t`` a whole number:
+  ``P e^{t l} = N(0, s^2) R^n``, ``R = 1 - q + q e^{(x - 1/2) / s^2}``, is by the binomial expansion the mixture
+  of ``N(k, s^2)``, ``k = 0..n``, with weights ``C(n, k) (1 - q)^{n - k} q^k e^{k (k - 1) / (2 s^2)}``, whose sum is
+  ``M(t)`` (exact);
+* a Poisson-subsampled Gaussian step under add (``q < 1``): ``P e^{t l} = N(0, s^2) R^{-t}``, and
+  ``R >= 1 - q``, so a draw of ``N(0, s^2)`` accepted with probability ``((1 - q) / R(x))^t`` has exactly that law
+  (rejection sampling); ``log M`` is the certified machinery's proven upper bound (``cgf_upper``), and ``t`` is
+  kept to ``t (-log(1 - q)) <= REJECT_LOG`` so that most draws are accepted.
+
+No table, no quadrature node and no fitted normaliser enters the law sampled: its range is that of what is sampled.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.mechanisms import Gaussian, PoissonSubsampledGaussian
+from jaxdp.numerics import argmin
+
+#: the largest tilt ``t`` of a Poisson-subsampled step under remove (its tilted law has ``t + 2`` components)
+MAX_ORDER = 255
+#: under add, a subsampled step's rejection keeps a draw with probability at least ``e^{-REJECT_LOG}``
+REJECT_LOG = 0.25
+SEARCH = "scan"
+#: margin added to every proven log range: float64 rounding in the sums and the bisection below
+LOG_MARGIN = 1e-9
+_GAUSS_TILTS = np.exp(np.linspace(math.log(1e-3), math.log(1e3), 481))
+_WHOLE_TILTS = np.arange(1.0, MAX_ORDER + 1.0)
+
+
+class ExactProposal(NamedTuple):
+    """One step's exactly sampled tilt: a mixture ``sum_k pi_k N(mu_k, s^2)`` (``cum``: its cumulative
+    probabilities) or, with ``cap`` (the largest loss), ``N(0, s^2)`` thinned by rejection; the step's log weight
+    is ``log dP/dG = log_m - a l(x)``."""
+
+    cum: jax.Array
+    mu: jax.Array
+    s: jax.Array
+    a: jax.Array
+    log_m: jax.Array
+    cap: jax.Array | None
+
+
+def kind(parts, direction: str) -> str | None:
+    """``"loss"`` where the loss tilt of every step is sampled exactly (Gaussian and Poisson-subsampled Gaussian
+    steps), else ``None``."""
+    if all(isinstance(p.mech, (Gaussian, PoissonSubsampledGaussian)) for p in parts):
+        return "loss"
+    return None
+
+
+def whole_tilts_only(parts, direction) -> bool:
+    """Under remove, the tilt of a subsampled step is a finite mixture for a whole ``t`` only."""
+    return direction == "remove" and any(isinstance(p.mech, PoissonSubsampledGaussian) for p in parts)
+
+
+def largest_tilt(parts, direction):
+    """Under add, ``t (-log(1 - q)) <= REJECT_LOG`` for every subsampled step (rejection keeps most draws)."""
+    caps = [
+        REJECT_LOG / -jnp.log1p(-jnp.minimum(jnp.asarray(p.mech.sampling_prob, jnp.float64), 1.0 - 1e-16))
+        for p in parts
+        if direction == "add" and isinstance(p.mech, PoissonSubsampledGaussian)
+    ]
+    return functools.reduce(jnp.minimum, caps, jnp.asarray(jnp.inf))
+
+
+def _sq(m):
+    s = jnp.asarray(m.noise_multiplier, jnp.float64)
+    q = jnp.asarray(m.sampling_prob, jnp.float64) if isinstance(m, PoissonSubsampledGaussian) else None
+    return s, q
+
+
+def _psg_log_terms(s, q, t):
+    """``log`` of the ``MAX_ORDER + 2`` component weights of ``N(0, s^2) R^{1 + t}`` (whole ``t``; ``-inf`` past
+    ``n = 1 + t``)."""
+    n = 1.0 + t
+    k = jnp.arange(MAX_ORDER + 2, dtype=jnp.float64)
+    live = k <= n
+    kk = jnp.where(live, k, 0.0)
+    log_1mq = jnp.where(q < 1.0, jnp.log1p(-jnp.where(q < 1.0, q, 0.0)), -jnp.inf)
+    rest = n - kk
+    gammaln = jax.scipy.special.gammaln
+    binom = gammaln(n + 1.0) - gammaln(kk + 1.0) - gammaln(rest + 1.0)
+    # (n - k) log(1 - q) with 0 log 0 = 0 (q = 1 keeps the k = n term alone)
+    zero_side = jnp.where(rest > 0, rest * log_1mq, 0.0)
+    terms = binom + zero_side + kk * jnp.log(q) + kk * (kk - 1.0) / (2.0 * s * s)
+    return jnp.where(live, terms, -jnp.inf)
+
+
+def whole(parts, direction, t):
+    """The tilt the steps are drawn at: ``t`` rounded to a whole number (at least 1) where a subsampled step
+    needs one, at most :func:`largest_tilt` (one tilt for every step: the weights combine into ``e^{-t L}``)."""
+    t = jnp.asarray(t, jnp.float64)
+    if whole_tilts_only(parts, direction):
+        return jnp.clip(jnp.round(t), 1.0, float(MAX_ORDER))
+    return jnp.minimum(t, largest_tilt(parts, direction))
+
+
+def step_log_m(mech, direction, t):
+    """``log M(t) = log E_P e^{t l}`` of one step: in closed form (a Gaussian, any ``t >= 0``; a
+    Poisson-subsampled Gaussian under remove, whole ``t``), or a proven upper bound (subsampled, under add)."""
+    s, q = _sq(mech)
+    if q is None:
+        return t * (1.0 + t) / (2.0 * s * s)
+    if direction == "add":
+        return mech.cgf_upper(t, "add")
+    return jax.nn.logsumexp(_psg_log_terms(s, q, t))
+
+
+def log_range_loss(parts, direction, eps, t):
+    """Proven ``log`` of the largest value of ``Z`` under the loss tilt ``t > 0`` (``t`` may be an array)."""
+    t = whole(parts, direction, t)
+    k = sum(p.count * jnp.vectorize(lambda tt, m=p.mech: step_log_m(m, direction, tt))(t) for p in parts)
+    return k - t * eps + t * jnp.log(t / (1.0 + t)) - jnp.log1p(t) + LOG_MARGIN
+
+
+def best_tilt(parts, direction, eps):
+    """``(tilt, log range)`` minimising the proven range over a grid of tilts (traceable; ``eps`` scalar)."""
+    tilts = jnp.asarray(_WHOLE_TILTS if whole_tilts_only(parts, direction) else _GAUSS_TILTS)
+    tilts = jnp.unique(whole(parts, direction, tilts), size=tilts.shape[0], fill_value=jnp.nan)
+    logs = log_range(parts, direction, eps, tilts)
+    logs = jnp.where(jnp.isnan(logs), jnp.inf, logs)
+    i = argmin(logs)
+    return tilts[i], logs[i]
+
+
+def log_range(parts, direction, eps, tilt):
+    """Proven ``log`` of the largest value of ``Z`` at ``tilt`` (``tilt`` may be an array)."""
+    return log_range_loss(parts, direction, eps, tilt)
+
+
+def proposals(parts, direction, tilt):
+    """Per part, the exactly sampled tilt of its steps (held fixed: no derivative flows through it)."""
+    tilt = jax.lax.stop_gradient(whole(parts, direction, tilt))
+    out = []
+    for p in parts:
+        s, q = _sq(p.mech)
+        s = jax.lax.stop_gradient(s)
+        log_m = jax.lax.stop_gradient(step_log_m(p.mech, direction, tilt))
+        one = jnp.ones(1)
+        if q is None:
+            mu = jnp.stack([1.0 + tilt if direction == "remove" else -tilt])
+            out.append(ExactProposal(one, mu, s, tilt, log_m, None))
+        elif direction == "add":  # N(0, s^2) drawn, kept with probability ((1 - q) / R)^t
+            out.append(ExactProposal(one, jnp.zeros(1), s, tilt, log_m, jax.lax.stop_gradient(-jnp.log1p(-q))))
+        else:
+            terms = _psg_log_terms(s, jax.lax.stop_gradient(q), tilt)
+            cum = jnp.cumsum(jnp.exp(terms - jax.nn.logsumexp(terms)))
+            mu = jnp.arange(MAX_ORDER + 2, dtype=jnp.float64)
+            out.append(ExactProposal(cum.at[-1].set(1.0), mu, s, tilt, log_m, None))
+    return out
+
+
+def draw(prop, fam, key, shape):
+    """``(x, l(x))``: outputs drawn exactly from the tilt ``prop`` of the step ``fam``, and their losses."""
+    k_u, k_z = jax.random.split(key)
+    if prop.cap is not None:
+        return _draw_rejected(prop, fam, key, shape)
+    z = fam_mod.normal(k_z, shape)
+    if prop.mu.shape[0] == 1:
+        x = prop.mu[0] + prop.s * z
+    else:
+        # the component k (its mean is k): how many cumulative probabilities the uniform reaches
+        k = jnp.searchsorted(prop.cum, fam_mod.uniform(k_u, shape), side="right", method=SEARCH)
+        x = jnp.minimum(k, prop.mu.shape[0] - 1).astype(jnp.float64) + prop.s * z
+    return x, fam_mod.loss(fam, x)
+
+
+def _draw_rejected(prop, fam, key, shape):
+    """Draws of ``N(0, s^2)`` kept with probability ``e^{t (l(x) - cap)}`` (``cap`` the largest loss), redrawn
+    where refused until every slot holds a kept draw: the kept draws have the tilt's law exactly."""
+
+    def attempt(i):
+        k_x, k_u = jax.random.split(jax.random.fold_in(key, i))
+        x = prop.s * fam_mod.normal(k_x, shape)
+        ell = fam_mod.loss(fam, x)
+        keep = jnp.log(fam_mod.uniform(k_u, shape)) < prop.a * (ell - prop.cap)
+        return x, ell, keep
+
+    def body(c):
+        i, x, ell, done = c
+        x2, ell2, keep = attempt(i)
+        take = ~done & keep
+        return i + 1, jnp.where(take, x2, x), jnp.where(take, ell2, ell), done | keep
+
+    x, ell, done = attempt(0)
+    _, x, ell, _ = jax.lax.while_loop(lambda c: ~jnp.all(c[3]), body, (1, x, ell, done))
+    return x, ell
+
+
+def is_gaussian(mech) -> bool:
+    return isinstance(mech, Gaussian)
+
+
+def gaussian_part_sums(prop, fam, key, size, count):
+    """``(sum of losses, sum of log weights)`` of ``count`` Gaussian steps drawn from the tilt ``prop``, from one
+    draw of their output's sum (``N(count mu, count s^2)``: the loss ``sign (x - 1/2) / s^2`` is linear)."""
+    total = count * prop.mu[0] + prop.s * math.sqrt(count) * fam_mod.normal(key, (size,))
+    ell = fam.sign * (total - 0.5 * count) / (prop.s * prop.s)
+    return ell, count * prop.log_m - prop.a * ell
+
+
+def log_weight(prop, ell):
+    """``log dP/dG`` of one step (with a proven upper ``log M``, an upper bound on it)."""
+    return prop.log_m - prop.a * ell
