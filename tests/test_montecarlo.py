@@ -521,6 +521,9 @@ def test_cli_verify_and_online(tmp_path):
     assert json.loads(text) == rec
     assert rec["accepted"] is True and rec["delta"] == pytest.approx(0.12 / 0.9) and rec["samples"] > 0
     assert {"accepted", "epsilon", "delta", "samples", "seconds"} <= set(rec)
+    # the plan, said before sampling: the exact tilt, whose proven count is the smallest (issue 46)
+    plan = rec["plan"]["remove"]
+    assert plan["estimator"] == "tilted-exact" and plan["samples"] == min(plan["proven_counts"].values())
     _, rec = run("verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.05 --json")
     assert rec["accepted"] is False and rec["delta"] is None
     plot = tmp_path / "online.png"
