@@ -133,3 +133,18 @@ def test_the_exact_tilt_refuses_what_it_cannot_sample():
         jaxdp.montecarlo_delta(jaxdp.Laplace(1.0), epsilon=1.0, key=KEY, num_samples=10, estimator="tilted-exact")
     with pytest.raises(ValueError, match="no gradient"):
         jaxdp.montecarlo_grad(jaxdp.Gaussian(1.0), epsilon=1.0, key=KEY, num_samples=10, estimator="tilted-exact")
+
+
+def test_a_subsampled_gaussian_with_q_1_is_drawn_as_the_gaussian():
+    """q = 1 under add keeps no draw of the rejection sampler ((1 - q) / R = 0): such a step is the Gaussian, and
+    is drawn as one (this hung before: every draw refused, redrawn without end)."""
+    eps = 1.0
+    truth = _gaussian_delta(4.0, 16, eps)
+    for adjacency in ("add", "remove"):
+        m = jaxdp.PoissonSubsampledGaussian(4.0, 1.0, adjacency=adjacency)
+        est = jaxdp.montecarlo_delta(
+            m, epsilon=eps, num_steps=16, key=KEY, num_samples=40_000, estimator="tilted-exact"
+        )
+        assert abs(float(est.value) - truth) <= 5 * float(est.stderr) and float(est.stderr) < 0.01 * truth
+    plan = jaxdp.evr_plan(jaxdp.PoissonSubsampledGaussian(4.0, 1.0), num_steps=16, epsilon=eps, delta_est=truth)
+    assert plan.estimators == ("tilted-exact", "tilted-exact")

@@ -41,6 +41,8 @@ MAX_ORDER = 255
 #: under add, a subsampled step's rejection keeps a draw with probability at least ``e^{-REJECT_LOG}``
 REJECT_LOG = 0.25
 SEARCH = "scan"
+#: rounds of rejection before a slot is given up (NaN); at least 78 % of draws are kept, so 1e6 slots need ~10
+MAX_ROUNDS = 1000
 #: margin added to every proven log range: float64 rounding in the sums and the bisection below
 LOG_MARGIN = 1e-9
 _GAUSS_TILTS = np.exp(np.linspace(math.log(1e-3), math.log(1e3), 481))
@@ -68,24 +70,29 @@ def kind(parts, direction: str) -> str | None:
     return None
 
 
+def _subsampled(mech) -> bool:
+    return isinstance(mech, PoissonSubsampledGaussian)
+
+
 def whole_tilts_only(parts, direction) -> bool:
     """Under remove, the tilt of a subsampled step is a finite mixture for a whole ``t`` only."""
-    return direction == "remove" and any(isinstance(p.mech, PoissonSubsampledGaussian) for p in parts)
+    return direction == "remove" and any(_subsampled(p.mech) for p in parts)
 
 
 def largest_tilt(parts, direction):
     """Under add, ``t (-log(1 - q)) <= REJECT_LOG`` for every subsampled step (rejection keeps most draws)."""
-    caps = [
-        REJECT_LOG / -jnp.log1p(-jnp.minimum(jnp.asarray(p.mech.sampling_prob, jnp.float64), 1.0 - 1e-16))
-        for p in parts
-        if direction == "add" and isinstance(p.mech, PoissonSubsampledGaussian)
-    ]
+    caps = []
+    for p in parts:
+        if direction == "add" and _subsampled(p.mech):
+            q = jnp.asarray(p.mech.sampling_prob, jnp.float64)
+            # (q = 1: the step is the Gaussian, drawn without rejection, any tilt)
+            caps.append(jnp.where(q < 1.0, REJECT_LOG / -jnp.log1p(-jnp.where(q < 1.0, q, 0.0)), jnp.inf))
     return functools.reduce(jnp.minimum, caps, jnp.asarray(jnp.inf))
 
 
 def _sq(m):
     s = jnp.asarray(m.noise_multiplier, jnp.float64)
-    q = jnp.asarray(m.sampling_prob, jnp.float64) if isinstance(m, PoissonSubsampledGaussian) else None
+    q = jnp.asarray(m.sampling_prob, jnp.float64) if _subsampled(m) else None
     return s, q
 
 
@@ -121,8 +128,8 @@ def step_log_m(mech, direction, t):
     s, q = _sq(mech)
     if q is None:
         return t * (1.0 + t) / (2.0 * s * s)
-    if direction == "add":
-        return mech.cgf_upper(t, "add")
+    if direction == "add":  # (q = 1: the Gaussian's closed form)
+        return jnp.where(q < 1.0, mech.cgf_upper(t, "add"), t * (1.0 + t) / (2.0 * s * s))
     return jax.nn.logsumexp(_psg_log_terms(s, q, t))
 
 
@@ -161,7 +168,11 @@ def proposals(parts, direction, tilt):
             mu = jnp.stack([1.0 + tilt if direction == "remove" else -tilt])
             out.append(ExactProposal(one, mu, s, tilt, log_m, None))
         elif direction == "add":  # N(0, s^2) drawn, kept with probability ((1 - q) / R)^t
-            out.append(ExactProposal(one, jnp.zeros(1), s, tilt, log_m, jax.lax.stop_gradient(-jnp.log1p(-q))))
+            q = jax.lax.stop_gradient(q)
+            gauss = q >= 1.0  # then P e^{tl} is N(-t, s^2), drawn as it is (a cap of -inf keeps every draw)
+            cap = jnp.where(gauss, -jnp.inf, -jnp.log1p(-jnp.where(gauss, 0.0, q)))
+            mu = jnp.stack([jnp.where(gauss, -tilt, 0.0)])
+            out.append(ExactProposal(one, mu, s, tilt, log_m, cap))
         else:
             terms = _psg_log_terms(s, jax.lax.stop_gradient(q), tilt)
             cum = jnp.cumsum(jnp.exp(terms - jax.nn.logsumexp(terms)))
@@ -191,7 +202,7 @@ def _draw_rejected(prop, fam, key, shape):
 
     def attempt(i):
         k_x, k_u = jax.random.split(jax.random.fold_in(key, i))
-        x = prop.s * fam_mod.normal(k_x, shape)
+        x = prop.mu[0] + prop.s * fam_mod.normal(k_x, shape)
         ell = fam_mod.loss(fam, x)
         keep = jnp.log(fam_mod.uniform(k_u, shape)) < prop.a * (ell - prop.cap)
         return x, ell, keep
@@ -203,8 +214,9 @@ def _draw_rejected(prop, fam, key, shape):
         return i + 1, jnp.where(take, x2, x), jnp.where(take, ell2, ell), done | keep
 
     x, ell, done = attempt(0)
-    _, x, ell, _ = jax.lax.while_loop(lambda c: ~jnp.all(c[3]), body, (1, x, ell, done))
-    return x, ell
+    # (should a step keep nothing, its slots are NaN after MAX_ROUNDS: never a loop without end)
+    _, x, ell, done = jax.lax.while_loop(lambda c: ~jnp.all(c[3]) & (c[0] < MAX_ROUNDS), body, (1, x, ell, done))
+    return jnp.where(done, x, jnp.nan), jnp.where(done, ell, jnp.nan)
 
 
 def is_gaussian(mech) -> bool:
