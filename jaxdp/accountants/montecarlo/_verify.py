@@ -227,8 +227,17 @@ def _candidates(epsilon, delta_est, tau):
     return eps_arr, dest_arr
 
 
+#: the count of an estimator whose bound is not finite (an unresolved upper normaliser): never chosen, never drawn
+NO_BOUND = 2**62
+
+
 def _needs(nu, offsets, tau, dest):
-    return np.array([bennett_num_samples(nu=n, offset=o, tau=tau, delta_est=e) for n, o, e in zip(nu, offsets, dest)])
+    return np.array(
+        [
+            bennett_num_samples(nu=n, offset=o, tau=tau, delta_est=e) if math.isfinite(n) else NO_BOUND
+            for n, o, e in zip(nu, offsets, dest)
+        ]
+    )
 
 
 def _plan(comp, parts, eps_flat, dest_flat, tau, rho):
