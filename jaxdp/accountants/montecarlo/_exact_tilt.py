@@ -40,7 +40,6 @@ from jaxdp.numerics import argmin
 MAX_ORDER = 255
 #: under add, a subsampled step's rejection keeps a draw with probability at least ``e^{-REJECT_LOG}``
 REJECT_LOG = 0.25
-SEARCH = "scan"
 #: rounds of rejection before a slot is given up (NaN); at least 78 % of draws are kept, so 1e6 slots need ~10
 MAX_ROUNDS = 1000
 #: margin added to every proven log range: float64 rounding in the sums and the bisection below
@@ -191,7 +190,7 @@ def draw(prop, fam, key, shape):
         x = prop.mu[0] + prop.s * z
     else:
         # the component k (its mean is k): how many cumulative probabilities the uniform reaches
-        k = jnp.searchsorted(prop.cum, fam_mod.uniform(k_u, shape), side="right", method=SEARCH)
+        k = jnp.searchsorted(prop.cum, fam_mod.uniform(k_u, shape), side="right", method="scan")
         x = jnp.minimum(k, prop.mu.shape[0] - 1).astype(jnp.float64) + prop.s * z
     return x, fam_mod.loss(fam, x)
 
