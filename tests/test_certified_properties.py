@@ -183,7 +183,7 @@ def test_the_default_is_the_tight_certified_bound():
 
 
 def test_the_default_falls_back_where_certified_does_not_apply():
-    from jaxdp import cli
+    from jaxdp.cli import _options as cli
 
     lap = jaxdp.Laplace(1.0)
     mixed = jaxdp.Composition.of((lap, 2), (jaxdp.Gaussian(3.0), 5))
