@@ -81,7 +81,10 @@ def test_import_rules(path):
         target_pkg = target if (target_path / "__init__.py").exists() else target.rpartition(".")[0]
         if my_pkg == target_pkg or my_pkg.startswith(target_pkg + "."):
             continue  # inside one package (its subpackages included), private modules and names are shared
-        private = [p for p in target.split(".")[1:] if p.startswith("_")]
+        # a private module or subpackage belongs to the package that holds it: its modules (and theirs) may import it
+        parts = target.split(".")
+        owners = [".".join(parts[:i]) + "." for i, p in enumerate(parts) if i and p.startswith("_")]
+        private = [owner for owner in owners if not (me + ".").startswith(owner)]
         assert not private, f"private module across packages: {where}"
         assert not (name and name.startswith("_")), f"private name across packages: {where}"
 

@@ -159,7 +159,7 @@ def test_a_schedule_is_never_below_its_own_first_step():
 def test_count_of_jumps_over_heterogeneous_steps_is_poisson_binomial():
     """The log pmf of the count of jumps over steps with different jump probabilities against scipy's
     binomial pmfs convolved (numpy), in the far tail too."""
-    from jaxdp.accountants import _split_saddle as split
+    from jaxdp.accountants._split_saddle import _shape as split
 
     parts = [(1.0, 0.643), (7.0, 0.008), (2.0, 0.02), (300.0, 1e-4)]
     want = np.zeros(split.NUM_COUNTS)
@@ -417,7 +417,7 @@ def test_log_j0_against_mpmath_where_log_phi_cancels():
     u = 8, where ``log Phi(-u) + u^2/2`` loses ``u^2`` ulps (1e-4 absolute at u = 1e6)."""
     import mpmath as mp
 
-    from jaxdp.accountants._split_saddle import _log_j0
+    from jaxdp.accountants._split_saddle._edgeworth import _log_j0
 
     mp.mp.dps = 40
     us = [0.5, 7.9, 8.0, 30.0, 1e3, 1e6, 1e9]

@@ -509,7 +509,7 @@ def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     split estimate is within 1 % of the characteristic accountant there.  It splits the tilted law of each
     step into a bulk and the rare large losses
     ("jumps") that dominate it at small sampling rates, and sums over the number of jumps
-    (``jaxdp/accountants/_split_saddle.py``).  For ``add_or_remove`` the direction with the larger estimated
+    (``jaxdp/accountants/_split_saddle/``).  For ``add_or_remove`` the direction with the larger estimated
     delta is reported.  An estimate, not a bound.
 
     Returns:
