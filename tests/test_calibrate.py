@@ -155,16 +155,16 @@ def test_arrays_equal_the_loop_and_keep_shape():
 def test_a_large_array_runs_the_compiled_search_and_agrees_with_the_host():
     """More than ``HOST_CONFIGURATIONS`` concrete configurations run the compiled search (``lax.map``, kept on
     disk); fewer run on the host.  The two agree to the searches' tolerance."""
-    from jaxdp.calibration import _calibrate
+    from jaxdp.calibration import _result, _traced
 
-    q = np.geomspace(0.002, 0.1, _calibrate.HOST_CONFIGURATIONS + 1)
-    before = _calibrate._batch_jit._cache_size()
+    q = np.geomspace(0.002, 0.1, _result.HOST_CONFIGURATIONS + 1)
+    before = _traced._batch_jit._cache_size()
     big = _sigma(target=3.0, q=q, steps=1000, **CHEAP)
     assert np.all(np.asarray(big.status) == 0) and np.all(np.asarray(big.epsilon_certified) <= 3.0)
     for i in (0, 7, len(q) - 1):
         one = _sigma(target=3.0, q=float(q[i]), steps=1000, **CHEAP)
         assert float(one.noise_multiplier) == pytest.approx(float(big.noise_multiplier[i]), rel=1e-8)
-    assert _calibrate._batch_jit._cache_size() <= before + 1
+    assert _traced._batch_jit._cache_size() <= before + 1
 
 
 def test_vmap_equals_the_array_call():
@@ -191,12 +191,12 @@ def test_vmap_equals_the_array_call():
 def test_jit_equals_eager_and_no_recompilation():
     """Concrete inputs are calibrated on the host over the accountants' per-query programs (no program of the
     calibration's own); traced ones in one compiled search, compiled once; the two agree."""
-    from jaxdp.calibration import _calibrate
+    from jaxdp.calibration import _traced
 
-    before = _calibrate._batch_jit._cache_size()
+    before = _traced._batch_jit._cache_size()
     a = _sigma(target=5.0, **CHEAP)
     b = _sigma(target=6.0, q=0.02, steps=700, **CHEAP)
-    assert _calibrate._batch_jit._cache_size() == before
+    assert _traced._batch_jit._cache_size() == before
     with x64():
         f = jax.jit(
             lambda t: (
@@ -206,8 +206,8 @@ def test_jit_equals_eager_and_no_recompilation():
             )
         )
         assert float(f(5.0)) == pytest.approx(float(a.noise_multiplier), rel=1e-12)
-        compiled = _calibrate._batch_jit._cache_size()
-        assert float(f(6.0)) > 0 and _calibrate._batch_jit._cache_size() == compiled <= before + 1
+        compiled = _traced._batch_jit._cache_size()
+        assert float(f(6.0)) > 0 and _traced._batch_jit._cache_size() == compiled <= before + 1
     assert float(b.noise_multiplier) > 0
 
 
@@ -335,7 +335,7 @@ def test_mechanism_families(family, steps):
 def test_host_search_converges_and_reports_roots_outside_the_range():
     """The concrete-input search (secant, kept in the bracket of the points evaluated) on a closed form: eps =
     3 sigma^-1.5, NaN (an accountant's overflow) below sigma = 0.1, target 2."""
-    from jaxdp.calibration._calibrate import _host_root
+    from jaxdp.calibration._host import _host_root
 
     def g(u, target=2.0):
         return math.nan if u < math.log(0.1) else math.log(3.0) - 1.5 * u - math.log(target)
@@ -356,7 +356,7 @@ def test_host_search_start_is_the_gaussian_pair(eps, delta):
     """The start's Gaussian pair (host floats) against scipy's normal law: delta(eps) of N(mu, 1) vs N(0, 1)."""
     from scipy.stats import norm
 
-    from jaxdp.calibration._calibrate import _gaussian_mu
+    from jaxdp.calibration._host import _gaussian_mu
 
     mu = _gaussian_mu(eps, delta)
     got = norm.cdf(-eps / mu + mu / 2) - math.exp(eps) * norm.cdf(-eps / mu - mu / 2)

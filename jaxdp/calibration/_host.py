@@ -1,0 +1,290 @@
+"""The host search (concrete inputs): a secant search started from the Gaussian pair over the accountants'
+per-query programs, then the certified check, so a first calibration compiles only what a first query of each
+method compiles."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxdp import accountants as _accountant
+from jaxdp.calibration._result import (
+    AT_LIMIT,
+    CERTIFY_ROUNDS,
+    CERTIFY_XTOL,
+    HOST_EVALUATIONS,
+    HOST_XTOL,
+    INFEASIBLE,
+    LINEAR_REACH,
+    NOT_CERTIFIED,
+    OK,
+    SAMPLING_PROB_MIN,
+    SIGMA_MIN,
+    _nudge,
+    _psg_family,
+)
+from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
+from jaxdp.numerics import (
+    to_f64,
+)
+
+# -- host-staged calibration (concrete inputs) -----------------------------------------------------
+
+
+def _host_calibration(solved_for, flat, method, certify, mechanism=None):
+    """A calibration of concrete inputs on the host, one configuration at a time: the estimate's search and the
+    certification are host-side iterations over the accountants' own per-query programs (``epsilon_for_delta``'s,
+    compiled once per process and kept on disk by ``program_cache``), so a first calibration compiles what a
+    first query of each method compiles, and nothing else (the compiled search, :func:`_batch`, is a program of
+    its own: worth its compile for many configurations only)."""
+    inputs = [np.asarray(a, np.float64) for a in flat]
+    rows = [
+        _host_one(solved_for, [float(a[i]) for a in inputs], method, certify, mechanism) for i in range(len(inputs[0]))
+    ]
+    return tuple(jnp.asarray(np.array(col), dt) for col, dt in zip(zip(*rows), (jnp.float64,) * 3 + (jnp.int64,) * 2))
+
+
+def _host_one(solved_for, args, method, certify, mechanism):
+    """One configuration: ``(value, estimate's epsilon, certified epsilon, evaluations, status)``."""
+    target, delta = args[0], args[1]
+    mu2 = _gaussian_mu(target, delta) ** 2  # the Gaussian pair's: the searches start from it
+    known = {}
+
+    def epsilon(x, name):  # (x: the log parameter, or the count; each evaluation once)
+        if (x, name) not in known:
+            mech, num_steps = mechanism_at(x)
+            eps = _accountant.epsilon_of_concrete(mech, num_steps=num_steps, delta=delta, method=name)
+            known[x, name] = math.inf if math.isnan(eps) else eps
+        return known[x, name]
+
+    if solved_for == "num_steps":
+        sigma, q, max_steps = args[2], args[3], args[4]
+
+        def mechanism_at(m):
+            return PoissonSubsampledGaussian(sigma, q), m
+
+        k1 = _gaussian_mu2_of(PoissonSubsampledGaussian(sigma, q), 1.0)
+        ratio = mu2 / k1 if k1 > 0 else math.inf  # (K(1) rounds to 0 or below for tiny q / sigma: start at the top)
+        n0 = min(max(math.floor(ratio), 1.0), max_steps) if math.isfinite(ratio) else max_steps
+        n, _, evals, found = _host_largest_count(
+            lambda m: epsilon(m, method), n0, target, max_steps, rounds=HOST_EVALUATIONS
+        )
+        if not found:  # even one step exceeds the budget
+            return math.nan, epsilon(1.0, method), math.nan, evals, int(INFEASIBLE)
+        if certify is None:
+            return n, epsilon(n, method), math.nan, evals, _host_status(False, True, n >= max_steps)
+        count, eps_c, rounds, ok = _host_largest_count(lambda m: epsilon(m, certify), n, target, max_steps)
+        infeasible = count < 1
+        value = math.nan if infeasible else count
+        eps_e = epsilon(max(count, 1.0), method)
+        return value, eps_e, eps_c, evals + rounds, _host_status(infeasible, ok, ok and count >= max_steps)
+
+    if solved_for == "noise_multiplier":
+        q, num_steps = args[2], args[3]
+        family = mechanism or (lambda s: _psg_family(s, q))
+        lo, hi = math.log(SIGMA_MIN), math.log(args[4])  # x = log sigma
+
+        def mechanism_at(x):
+            return family(math.exp(x)), num_steps
+
+    else:  # sampling_prob
+        sigma, num_steps = args[2], args[3]
+        lo, hi = 0.0, -math.log(SAMPLING_PROB_MIN)  # x = -log q
+
+        def mechanism_at(x):
+            return PoissonSubsampledGaussian(sigma, math.exp(-x)), num_steps
+
+    def log_mu2(x):
+        mech, num_steps = mechanism_at(x)
+        return math.log(max(_gaussian_mu2_of(mech, num_steps), 1e-300))
+
+    # the start: the Gaussian pair with the composition's K(1) (one small program), to 1e-3, and the slope of that
+    # model's log epsilon there (the estimate's first step; then secant steps on the estimate itself)
+    x0, evals0, _, _ = _host_root(lambda x: log_mu2(x) - math.log(mu2), lo, hi, 0.5 * (lo + hi), slope=-2.0, xtol=1e-3)
+    ends = (max(x0 - 1e-3, lo), min(x0 + 1e-3, hi))
+    model = [math.log(max(_gaussian_epsilon(math.exp(0.5 * log_mu2(x)), delta), 1e-300)) for x in ends]
+    slope = (model[1] - model[0]) / (ends[1] - ends[0]) if ends[1] > ends[0] else math.nan
+    x, evals, below, above = _host_root(
+        lambda v: _host_gap(epsilon(v, method), target),
+        lo,
+        hi,
+        x0,
+        slope=slope if math.isfinite(slope) and slope < 0 else -1.0,
+        xtol=HOST_XTOL,
+    )
+    evals += evals0
+    if above:  # even the largest noise (the smallest rate) exceeds the budget
+        return math.nan, epsilon(hi, method), math.nan, evals, int(INFEASIBLE)
+    if certify is None:
+        x_c, eps_c, rounds, ok = x, math.nan, 0, True
+    else:
+        nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
+        x_c, eps_c, rounds, ok = _host_certify(lambda v: epsilon(v, certify), x, target, hi, nudge)
+    value = math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c)
+    return value, _host_estimate_at(x_c, known, method, epsilon), eps_c, evals + rounds, _host_status(False, ok, below)
+
+
+def _host_estimate_at(x, known, method, epsilon):
+    """The estimate's epsilon at ``x``: interpolated (linearly in ``log eps``) between the search's two evaluations
+    nearest to it where both lie within ``LINEAR_REACH`` (the error is of the order of the product of the
+    distances, ~1e-8 relative after the certification's shift), else evaluated."""
+    near = sorted((abs(v - x), v, e) for (v, name), e in known.items() if name == method and 0.0 < e < math.inf)
+    if len(near) >= 2 and near[1][0] <= LINEAR_REACH and near[0][1] != near[1][1]:
+        (_, x0, e0), (_, x1, e1) = near[:2]
+        return math.exp(math.log(e0) + (math.log(e1) - math.log(e0)) * (x - x0) / (x1 - x0))
+    return epsilon(x, method)
+
+
+def _host_root(g, lo, hi, x0, *, slope, xtol, max_evaluations=HOST_EVALUATIONS):
+    """Root of the decreasing ``g`` on ``[lo, hi]``, on the host: secant steps (the first by the guessed
+    ``slope``), none longer than 2, each kept strictly inside the bracket of the points evaluated so far (a
+    bisection, or a step of 2 away from the one side known, where it is not, or where ``g`` is not finite: NaN
+    reads as positive, too little noise).  Stops once a secant step is at most ``xtol`` (the step is taken:
+    the secant's error after it is far smaller).
+
+    Returns ``(x, evaluations, below, above)``: ``below`` when ``g(lo) <= 0`` (``x = lo``), ``above`` when
+    ``g(hi) > 0`` (``x = hi``).
+    """
+    a = b = None  # the largest point with g > 0, the smallest with g <= 0
+    prev = None  # the last finite evaluation, for the secant
+    x = min(max(x0, lo), hi)
+    for i in range(1, max_evaluations + 1):
+        gx = g(x)
+        positive = not gx <= 0.0  # (NaN included)
+        if positive:
+            a = x
+            if x >= hi:
+                return hi, i, False, True
+        else:
+            b = x
+            if x <= lo:
+                return lo, i, True, False
+            if gx == 0.0:
+                return x, i, False, False
+        step = None
+        if math.isfinite(gx):
+            s = slope if prev is None or prev[0] == x else (gx - prev[1]) / (x - prev[0])
+            step = -gx / s if s < 0 else None
+            prev = (x, gx)
+        new = None if step is None else min(max(x + min(max(step, -2.0), 2.0), lo), hi)
+        if new is not None and (a is None or new > a) and (b is None or new < b):
+            if abs(new - x) <= xtol:
+                return new, i, False, False
+        elif a is not None and b is not None:
+            new = 0.5 * (a + b)
+        else:
+            new = min(a + 2.0, hi) if a is not None else max(b - 2.0, lo)
+        if a is not None and b is not None and b - a <= xtol:
+            return new, i, False, False
+        x = new
+    return x, max_evaluations, False, False
+
+
+def _log_ndtr_host(x):
+    """``log Phi(x)`` on the host (to ~1e-10 relative below -30: only a start)."""
+    if x > -30.0:
+        return math.log(0.5 * math.erfc(-x / math.sqrt(2.0)))
+    r = 1.0 / (x * x)
+    return -0.5 * x * x - math.log(-x) - 0.5 * math.log(2.0 * math.pi) + math.log1p(-r + 3.0 * r * r - 15.0 * r**3)
+
+
+def _gaussian_log_delta(eps, mu):
+    """``log delta(eps)`` of the Gaussian pair ``N(mu, 1)`` vs ``N(0, 1)``, on the host."""
+    la = _log_ndtr_host(-eps / mu + 0.5 * mu)
+    z = eps + _log_ndtr_host(-eps / mu - 0.5 * mu) - la
+    if z >= 0.0:
+        return -math.inf
+    return la + (math.log(-math.expm1(z)) if z > -math.log(2.0) else math.log1p(-math.exp(z)))
+
+
+def _gaussian_mu(eps, delta):
+    """The ``mu`` whose Gaussian pair has ``delta(eps) = delta`` (bisection in ``log mu``, on the host)."""
+    lo, hi, log_delta = math.log(1e-8), math.log(1e4), math.log(delta)
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _gaussian_log_delta(eps, math.exp(mid)) > log_delta:
+            hi = mid
+        else:
+            lo = mid
+    return math.exp(0.5 * (lo + hi))
+
+
+def _gaussian_epsilon(mu, delta):
+    """The ``eps`` with ``delta(eps) = delta`` of the Gaussian pair ``N(mu, 1)`` vs ``N(0, 1)`` (bisection, host)."""
+    lo, hi, log_delta = 0.0, 0.5 * mu * mu + 40.0 * mu + 1.0, math.log(delta)
+    if _gaussian_log_delta(lo, mu) <= log_delta:
+        return 0.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if _gaussian_log_delta(mid, mu) > log_delta:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+_gaussian_mu2_jit = jax.jit(lambda comp: comp.gaussian_mu2())
+
+
+def _gaussian_mu2_of(mechanism, num_steps):
+    """The composition's ``K(1)`` (``mu^2`` of the Gaussian pair with the same): one small program per structure."""
+    return float(_gaussian_mu2_jit(to_f64(as_composition(mechanism, num_steps))))
+
+
+def _host_status(infeasible, ok, at_limit):
+    return int(INFEASIBLE if infeasible else NOT_CERTIFIED if not ok else AT_LIMIT if at_limit else OK)
+
+
+def _host_gap(e, target):
+    """``gap`` of :func:`_certify` on the host: the log-gap, 1 for a non-finite epsilon."""
+    if not math.isfinite(e):
+        return 1.0
+    return (math.log(e) if e > 0 else -math.inf) - math.log(target)
+
+
+def _host_certify(eps_cert, x, target, max_x, nudge):
+    """:func:`_certify` on the host (the same steps)."""
+    xtol = max(CERTIFY_XTOL, nudge) + 1e-12
+    i, a, ga, b, eb, have_b = 0, x, 0.0, max_x, math.inf, False
+    while i < CERTIFY_ROUNDS and not (have_b and b - a <= xtol):
+        grow = a + max(1.5 * ga, nudge * 2.0**i)
+        gb = _host_gap(eb, target)
+        w = min(max(ga / (ga - gb if ga - gb > 0 else 1.0), 0.1), 0.9)  # secant, kept inside the bracket
+        x_new = a + w * (b - a) if have_b else (a + nudge if i == 0 else grow)
+        x_new = min(x_new, max_x)
+        e = eps_cert(x_new)
+        if e <= target:
+            b, eb, have_b = x_new, e, True
+        else:
+            a, ga = x_new, _host_gap(e, target)
+        i += 1
+    return b, eb, i, have_b
+
+
+def _host_largest_count(eps_cert, n, target, max_steps, rounds=CERTIFY_ROUNDS):
+    """:func:`_largest_certified_count` on the host (the same steps, numpy's float64 semantics for inf and NaN);
+    with more ``rounds``, the estimate's own search for the largest count (from the Gaussian pair's)."""
+    i, lo, e_lo, hi, e_hi = 0, 0.0, math.inf, max_steps + 1.0, math.inf
+    with np.errstate(all="ignore"):
+        while i < rounds and hi - lo > 1:
+            g_lo, g_hi = np.float64(_host_gap(e_lo, target)), np.float64(_host_gap(e_hi, target))
+            down = hi - np.maximum(1.0, np.ceil(-hi * np.expm1(-3.0 * g_hi)))
+            up = lo + np.maximum(1.0, np.ceil(lo * np.expm1(-3.0 * g_lo)))
+            w = -g_lo / (g_hi - g_lo)
+            w = w if np.isfinite(w) and math.isfinite(e_hi) else 0.5  # bisection where a gap is not measured
+            log_lo = np.log(max(lo, 1.0))
+            secant = np.floor(np.exp(log_lo + w * (np.log(hi) - log_lo)))
+            m = down if lo < 1 else (up if hi > max_steps else secant)
+            m = float(np.clip(n if i == 0 else m, lo + 1, hi - 1))
+            e = eps_cert(m)
+            if e <= target:
+                lo, e_lo = m, e
+            else:
+                hi, e_hi = m, e
+            i += 1
+    found = lo >= 1
+    count = lo if found else (0.0 if hi <= 1 else hi)
+    return count, (e_lo if found else e_hi), i, found
