@@ -41,7 +41,8 @@ from _lower_bounds import sum_statistic_log_delta  # noqa: E402
 from scipy import optimize  # noqa: E402
 
 import jaxdp  # noqa: E402
-from jaxdp.accountants import _api, _saddlepoint, _split_saddle  # noqa: E402
+from jaxdp.accountants import _api, _split_saddle  # noqa: E402
+from jaxdp.accountants import _bounds as _saddlepoint  # noqa: E402
 from jaxdp.mechanisms import as_composition  # noqa: E402
 from jaxdp.numerics import to_f64  # noqa: E402
 

@@ -261,14 +261,24 @@ def test_a_staged_method_compiles_its_rare_branch_only_where_concrete_inputs_tak
         return jnp.where(rare, jnp.nan, full) if facts.light else full
 
     jaxdp.register_method(
-        jaxdp.MethodInfo("toy-staged", certified=True, description="", log_delta=log_delta,
-                         epsilon=_chernoff_epsilon, supports=_gaussian_only, staged=True)
+        jaxdp.MethodInfo(
+            "toy-staged",
+            certified=True,
+            description="",
+            log_delta=log_delta,
+            epsilon=_chernoff_epsilon,
+            supports=_gaussian_only,
+            staged=True,
+        )
     )
     with jax.enable_x64(True):
-        want = {s: float(jnp.exp(_chernoff_log_delta(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", 1.0)))
-                for s in (2.0, 1.0)}
+        want = {
+            s: float(jnp.exp(_chernoff_log_delta(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", 1.0)))
+            for s in (2.0, 1.0)
+        }
     assert float(jaxdp.delta_for_epsilon(jaxdp.Gaussian(2.0), epsilon=1.0, method="toy-staged")) == pytest.approx(
-        want[2.0], rel=1e-12)
+        want[2.0], rel=1e-12
+    )
     assert [f.light for f in traced] == [True]
     got = float(jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=1.0, method="toy-staged"))
     assert got == pytest.approx(want[1.0], rel=1e-12)  # the full program's answer where the light one is NaN
@@ -300,14 +310,24 @@ def test_a_staged_epsilon_runs_its_first_pass_alone_then_the_light_program(monke
         return _chernoff_log_delta(comp, direction, epsilon)
 
     jaxdp.register_method(
-        jaxdp.MethodInfo("toy-two-pass", certified=True, description="", log_delta=log_delta,
-                         epsilon=epsilon, supports=_gaussian_only, staged=True)
+        jaxdp.MethodInfo(
+            "toy-two-pass",
+            certified=True,
+            description="",
+            log_delta=log_delta,
+            epsilon=epsilon,
+            supports=_gaussian_only,
+            staged=True,
+        )
     )
     with jax.enable_x64(True):
-        want = {s: float(_chernoff_epsilon(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", math.log(1e-5)))
-                for s in (2.0, 1.0)}
+        want = {
+            s: float(_chernoff_epsilon(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", math.log(1e-5)))
+            for s in (2.0, 1.0)
+        }
     assert float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(2.0), delta=1e-5, method="toy-two-pass")) == pytest.approx(
-        want[2.0], rel=1e-12)
+        want[2.0], rel=1e-12
+    )
     assert traced == [(True, True)]
     got = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(1.0), delta=1e-5, method="toy-two-pass"))
     assert got == pytest.approx(want[1.0], rel=1e-12)  # the light program's answer where the first pass is NaN
@@ -369,3 +389,84 @@ def test_a_mechanism_without_direction_as_data_gets_string_directions():
     builtin = jaxdp.PoissonSubsampledGaussian(0.8, 0.05)
     want = float(jaxdp.epsilon_for_delta(builtin, delta=1e-6, num_steps=200, method="saddlepoint-delta2"))
     assert got == pytest.approx(want, rel=1e-9)
+
+
+def _method_units():
+    """The modules and packages of ``jaxdp.accountants`` that register methods (a module-level ``METHODS``)."""
+    units = set()
+    for path in (ROOT / "accountants").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        if any(
+            isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "METHODS" for t in n.targets) for n in tree.body
+        ):
+            name = _module_name(path)
+            # a method inside a subpackage of accountants is that whole subpackage
+            units.add(".".join(name.split(".")[:3]))
+    return units
+
+
+def test_no_method_module_imports_another():
+    """Method modules share machinery (``_cgf``, ``_bounds``, ``_staging``, ``_registry``), not one another; the
+    table of built-ins (``_api``) is the only importer of them (issue 45)."""
+    units = _method_units()
+    assert {"jaxdp.accountants._rdp", "jaxdp.accountants._split_saddle", "jaxdp.accountants.certified"} <= units
+    bad = []
+    for path in _sources():
+        me, imports = _imports(path)
+        mine = [u for u in units if (me + ".").startswith(u + ".")]
+        for line, target, _ in imports:
+            theirs = [u for u in units if (target + ".").startswith(u + ".")]
+            if theirs and mine and theirs != mine:
+                bad.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert not bad, bad
+
+
+def test_no_module_over_600_lines():
+    sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sources()}
+    assert not {k: v for k, v in sizes.items() if v > 600}
+
+
+def _is_module(name):
+    path = ROOT.parent / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def test_no_import_cycle():
+    """No cycle among the modules' top-level imports (a ``TYPE_CHECKING`` block aside): each module can be
+    imported first."""
+    graph = {}
+    for path in _sources():
+        me = _module_name(path)
+        tree = ast.parse(path.read_text())
+        nodes = [
+            n
+            for n in tree.body
+            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
+        ]
+        deps = set()
+        for node in nodes:
+            for n in ast.walk(node):
+                if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("jaxdp"):
+                    # ``from package import module`` imports that module (the package is already being imported)
+                    deps |= {
+                        f"{n.module}.{a.name}" if _is_module(f"{n.module}.{a.name}") else n.module for a in n.names
+                    }
+                elif isinstance(n, ast.Import):
+                    deps |= {a.name for a in n.names if a.name.startswith("jaxdp")}
+        graph[me] = deps
+    graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
+    state, cycles = {}, []
+
+    def visit(m, stack):
+        state[m] = "open"
+        for d in sorted(graph[m]):
+            if state.get(d) == "open":
+                cycles.append([*stack[stack.index(d) :], d])
+            elif d not in state:
+                visit(d, [*stack, d])
+        state[m] = "done"
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, cycles

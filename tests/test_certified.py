@@ -326,7 +326,7 @@ def _window(mech, steps, direction, eps):
     """The first lattice point, the window, and the (dense) lattice pmf of ``mech`` it uses."""
     with x64():
         comp = to_f64(as_composition(mech, steps))
-        t = jax.jit(lambda c: _search._saddlepoint.saddle_point(c, direction, eps))(comp)
+        t = jax.jit(lambda c: _search._bounds.saddle_point(c, direction, eps))(comp)
         win = jax.jit(lambda c: _window_mod._build_window(c, direction, t, _LOG_DELTA_EST))(comp)
         z = _window_mod._tail_z(comp, _LOG_DELTA_EST)
         start, hi = _lattice._loss_range(*mech.mixture(), direction, z)

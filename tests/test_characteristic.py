@@ -214,7 +214,7 @@ def test_aliasing_bound_holds_for_coarse_node_spacings(ds):
     with x64():
         comp = to_f64(as_composition(jaxdp.Gaussian(2.0), 20))
         eps = 3.0
-        t = float(_characteristic._saddlepoint.saddle_point(comp, "remove", eps))
+        t = float(_characteristic._bounds.saddle_point(comp, "remove", eps))
         exact = float(jaxdp.log_delta_for_epsilon(jaxdp.Gaussian(2.0), epsilon=eps, num_steps=20, method="exact"))
         got = _trapezoid_log_delta(comp, eps, t, ds)
         a, k_ta = _characteristic._chernoff_cgfs(comp, "remove", jnp.float64(t))
@@ -325,13 +325,13 @@ def test_the_entry_points_program_traces_no_certified_start(monkeypatch):
     """The entry points' form (NaN where the contour cannot vouch for itself; the certified fallback answers
     there) starts its search from the delta_2 estimate: the certified saddle-point epsilon, about half of the
     program, is never traced into it (a trace alone, no compile)."""
-    from jaxdp.accountants import _characteristic, _saddlepoint
+    from jaxdp.accountants import _bounds, _characteristic
 
     def forbidden(*args, **kwargs):
         raise AssertionError("the certified saddle-point epsilon was traced")
 
-    monkeypatch.setattr(_saddlepoint, "epsilon_saddlepoint_upper", forbidden)
-    monkeypatch.setattr(_saddlepoint, "screen_stage", forbidden)
+    monkeypatch.setattr(_bounds, "epsilon_saddlepoint_upper", forbidden)
+    monkeypatch.setattr(_bounds, "screen_stage", forbidden)
     with x64():
         comp = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 1000))
         out = jax.eval_shape(

@@ -12,7 +12,7 @@ from _helpers import accountant_programs, central_difference, x64
 from conformance import AccountantConformance
 
 import jaxdp
-from jaxdp.accountants import _saddlepoint
+from jaxdp.accountants import _bounds as _saddlepoint
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import to_f64
 

@@ -42,7 +42,8 @@ from scipy import special
 
 import jaxdp
 from jaxdp.accountants import _api as _accountant
-from jaxdp.accountants import _registry, _saddlepoint
+from jaxdp.accountants import _bounds as _saddlepoint
+from jaxdp.accountants import _registry
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import _solvers
 

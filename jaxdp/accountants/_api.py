@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.accountants import _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _split_saddle
+from jaxdp.accountants import _bounds, _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _split_saddle
 from jaxdp.accountants import certified as _certified
 from jaxdp.accountants import montecarlo as _montecarlo
 from jaxdp.accountants._registry import (
@@ -53,6 +53,7 @@ register_methods(
         dataclasses.replace(info, direction_as_data=True)
         for info in _rdp.METHODS
         + _exact.METHODS
+        + _split_saddle.METHODS
         + _saddlepoint.METHODS
         + _certified.METHODS
         + _characteristic.METHODS
@@ -452,7 +453,7 @@ def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
 
 
 def _renyi_impl(comp: Composition, orders):
-    curves = [jax.vmap(lambda a, d=d: _rdp.rdp_curve(comp, d, a))(orders) for d in comp.directions]
+    curves = [jax.vmap(lambda a, d=d: _bounds.rdp_curve(comp, d, a))(orders) for d in comp.directions]
     r = jnp.max(jnp.stack(curves), axis=0)
     return jnp.where(comp.valid() & (orders > 1), r, jnp.nan)
 
@@ -489,7 +490,7 @@ def _terms_impl(comp: Composition, epsilon, facts: Facts | None = None):
 
 
 def _terms_body(comp, epsilon):
-    rows = [_split_saddle.split_terms(comp, d, epsilon, _saddlepoint.log_delta_saddlepoint) for d in comp.directions]
+    rows = [_split_saddle.split_terms(comp, d, epsilon, _bounds.log_delta_saddlepoint) for d in comp.directions]
     best = rows[0]
     for r in rows[1:]:  # the direction with the larger estimated delta (add_or_remove)
         best = jax.tree.map(lambda a, b, r=r, best=best: jnp.where(r.log_delta > best.log_delta, b, a), best, r)

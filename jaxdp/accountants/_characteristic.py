@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.accountants import _cgf, _saddlepoint
+from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._cgf import NUM_NODES, composed_log_phi, line_nodes
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
@@ -247,7 +247,7 @@ def log_delta_characteristic(comp, direction, epsilon, unreliable="fallback"):
     if unreliable == "nan":
         fallback = jnp.nan
     else:
-        fallback = _saddlepoint.log_delta_saddlepoint_upper(comp, direction, epsilon)
+        fallback = _bounds.log_delta_saddlepoint_upper(comp, direction, epsilon)
     return jnp.where(r.reliable, r.log_delta, fallback)
 
 
@@ -273,13 +273,13 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
     """
     sg_comp = jax.lax.stop_gradient(comp)
     if unreliable == "nan":  # (no fallback to trace: the search starts from the delta_2 estimate)
-        est = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(comp, direction, log_delta))
+        est = jax.lax.stop_gradient(_bounds.epsilon_saddlepoint(comp, direction, log_delta))
         fallback = jnp.nan
         eps0 = jnp.where(jnp.isfinite(est), est, 1.0)
     else:
         # the certified saddle-point epsilon: the fallback, and (above the truth by a few percent
         # to tens of percent) the starting point of the search; the delta_2 estimate from the same solve
-        stage = _saddlepoint.screen_stage(comp, direction, log_delta)
+        stage = _bounds.screen_stage(comp, direction, log_delta)
         fallback, est = stage.epsilon, jax.lax.stop_gradient(stage.estimate)
         eps0 = jax.lax.stop_gradient(fallback)
         # where the certified value is vacuous (inf: its quadrature unresolved) start from the estimate

@@ -26,7 +26,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from jaxdp.accountants import _cgf, _saddlepoint
+from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import solve_decreasing
@@ -83,7 +83,7 @@ def log_delta_gil_pelaez(comp, direction, epsilon):
 def epsilon_gil_pelaez(comp, direction, log_delta):
     """epsilon with ``delta(eps) = delta`` by real-axis inversion (estimate)."""
     sg = jax.lax.stop_gradient(comp)
-    eps0 = jax.lax.stop_gradient(_saddlepoint.epsilon_saddlepoint(sg, direction, log_delta))
+    eps0 = jax.lax.stop_gradient(_bounds.epsilon_saddlepoint(sg, direction, log_delta))
     hi = 2.0 * eps0 + 1.0
     delta = _delta_fn(comp, direction, hi)
     target = jnp.exp(log_delta)

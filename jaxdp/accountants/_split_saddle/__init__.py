@@ -38,11 +38,13 @@ split and its cumulants), ``_jumps`` (one and many jumps), ``_few`` (the few-ste
 delta) and ``_solve`` (epsilon).
 """
 
+from jaxdp.accountants._registry import MethodInfo
 from jaxdp.accountants._split_saddle._estimate import SplitTerms, log_delta_estimate, split_terms
 from jaxdp.accountants._split_saddle._shape import NUM_COUNTS, SPLIT, SplitShape, bulk_shape, split_shape
 from jaxdp.accountants._split_saddle._solve import epsilon_estimate
 
 __all__ = [
+    "METHODS",
     "NUM_COUNTS",
     "SPLIT",
     "SplitShape",
@@ -53,3 +55,24 @@ __all__ = [
     "split_shape",
     "split_terms",
 ]
+
+METHODS = (
+    MethodInfo(
+        "saddlepoint",
+        certified=False,
+        description="saddle-point estimate with the bulk/jump split (estimate; O(1) in the number of steps)",
+        log_delta=log_delta_estimate,
+        epsilon=epsilon_estimate,
+        companion="certified",
+        quick_compile=True,
+    ),
+    MethodInfo(
+        "saddlepoint-split",
+        certified=False,
+        description='"saddlepoint" under its name in jaxdp 0.1.0 (the same estimate)',
+        log_delta=log_delta_estimate,
+        epsilon=epsilon_estimate,
+        companion="certified",
+        quick_compile=True,
+    ),
+)

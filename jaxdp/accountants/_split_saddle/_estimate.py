@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxdp.accountants._bounds import pure_dp_log_delta
 from jaxdp.accountants._cgf import (
     saddle_point,
 )
@@ -351,8 +352,6 @@ def split_terms(comp, direction, epsilon, log_delta_plain) -> SplitTerms:
 
 def log_delta_estimate(comp, direction, epsilon):
     """``log delta(eps)`` (estimate)."""
-    from jaxdp.accountants._saddlepoint import pure_dp_log_delta  # (that module registers this one)
-
     # delta is exactly 0 from the largest loss on (a loss bounded above: add, with a zero-sensitivity part);
     # there the estimate is evaluated at a harmless stand-in (halfway to L_max), so that no NaN reaches the
     # gradient through the unused branch

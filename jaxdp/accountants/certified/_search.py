@@ -17,7 +17,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.accountants import _cgf, _rdp, _saddlepoint
+from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.accountants._staging import assumed
 from jaxdp.accountants.certified._constants import (
@@ -69,7 +69,7 @@ class CertifiedResult(NamedTuple):
 def certified_terms(comp: Composition, direction: str, epsilon, grid=None) -> CertifiedResult:
     """Certified delta at ``epsilon`` with its pieces (one direction; ``grid``: ``(NUM_BINS, LATTICE_SIZE)``)."""
     epsilon = jnp.asarray(epsilon, jnp.float64)
-    sp = _saddlepoint.saddlepoint_terms(comp, direction, epsilon)
+    sp = _bounds.saddlepoint_terms(comp, direction, epsilon)
     win = _build_window(comp, direction, sp.saddle_point, sp.log_delta, grid)
     log_delta, log_fin = _window_log_delta(win, epsilon)
     log_delta = nan_to(log_delta, 0.0)
@@ -81,7 +81,7 @@ def certified_terms(comp: Composition, direction: str, epsilon, grid=None) -> Ce
         upper = jax.lax.cond(
             best < 0.0,
             lambda b: b,
-            lambda b: jnp.minimum(b, nan_to(_rdp.log_delta_rdp(comp, direction, epsilon), 0.0)),
+            lambda b: jnp.minimum(b, nan_to(_bounds.log_delta_rdp(comp, direction, epsilon), 0.0)),
             best,
         )
     return CertifiedResult(sp.saddle_point, win.spacing, log_delta, log_fin, win.log_rest, win.log_fft_error, upper)
@@ -164,7 +164,7 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     poorly -- the window is rebuilt at ``TILT_FACTORS`` times the saddle point of
     the root and at ``FALLBACK_TILT``, and solved again.  Every candidate is a
     verified upper bound, so the smallest is returned.  ``screened``: the screen's
-    :class:`~jaxdp.accountants._saddlepoint.ScreenStage` when the caller has it (its epsilon is one of the candidates,
+    :class:`~jaxdp.accountants._bounds.ScreenStage` when the caller has it (its epsilon is one of the candidates,
     its estimate the window's first reference).
     """
 
@@ -187,7 +187,7 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
         return jnp.where(jnp.isfinite(eps[best]), tilts[best], jnp.nan)
 
     # the certified saddle-point epsilon and the delta_2 estimate with its saddle point: one solve (the screen's)
-    stage = _saddlepoint.screen_stage(comp, direction, log_delta) if screened is None else screened
+    stage = _bounds.screen_stage(comp, direction, log_delta) if screened is None else screened
     eps_sp = nan_to(stage.epsilon, jnp.inf)
     has_estimate = jnp.isfinite(stage.estimate)
     eps0 = jnp.where(has_estimate, stage.estimate, jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0))
@@ -245,7 +245,7 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     best = jax.lax.cond(
         jnp.isfinite(best),
         lambda b: b,
-        lambda b: nan_to(_rdp.epsilon_rdp(comp, direction, log_delta), jnp.inf),
+        lambda b: nan_to(_bounds.epsilon_rdp(comp, direction, log_delta), jnp.inf),
         best,
     )
     return jnp.maximum(best, 0.0)
