@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     **dict.fromkeys(
         (
+            "CharacteristicResult",
             "EvrPlan",
             "EvrVerdict",
             "GroupCurve",
@@ -29,6 +30,7 @@ _EXPORTS = {
             "SplitTerms",
             "available_methods",
             "bennett_num_samples",
+            "characteristic_terms",
             "default_method",
             "delta_for_epsilon",
             "epsilon_for_delta",
@@ -73,9 +75,7 @@ _EXPORTS = {
         "jaxdp.mechanisms",
     ),
     **dict.fromkeys(
-        (
-            "sweep",
-        ),
+        ("sweep",),
         "jaxdp.numerics",
     ),
 }
@@ -106,6 +106,7 @@ def __dir__():
 
 
 if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported eagerly)
+    from jaxdp.accountants import CharacteristicResult as CharacteristicResult
     from jaxdp.accountants import EvrPlan as EvrPlan
     from jaxdp.accountants import EvrVerdict as EvrVerdict
     from jaxdp.accountants import GroupCurve as GroupCurve
@@ -116,6 +117,7 @@ if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported ea
     from jaxdp.accountants import SplitTerms as SplitTerms
     from jaxdp.accountants import available_methods as available_methods
     from jaxdp.accountants import bennett_num_samples as bennett_num_samples
+    from jaxdp.accountants import characteristic_terms as characteristic_terms
     from jaxdp.accountants import default_method as default_method
     from jaxdp.accountants import delta_for_epsilon as delta_for_epsilon
     from jaxdp.accountants import epsilon_for_delta as epsilon_for_delta

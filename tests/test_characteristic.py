@@ -340,3 +340,24 @@ def test_the_entry_points_program_traces_no_certified_start(monkeypatch):
         assert out.shape == ()
         with pytest.raises(AssertionError, match="certified saddle-point"):  # the internal form keeps its fallback
             jax.eval_shape(lambda c: _characteristic.epsilon_characteristic(c, "remove", jnp.log(1e-5)), comp)
+
+
+def test_public_terms_lie_in_the_numpy_bracket_and_report_small_errors():
+    """``jaxdp.characteristic_terms``: its ``log_delta`` (the larger direction's) lies in the independent numpy
+    FFT bracket of ``tests/_fft_reference.py`` (both directions, max taken), with a proven aliasing bound and an
+    estimated truncation far below delta; bad input is one clear error."""
+    from _fft_reference import psg_log_delta_bracket
+
+    sigma, q, steps, eps = 1.0, 0.01, 1000, 2.0
+    r = jaxdp.characteristic_terms(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, num_steps=steps)
+    # (the loss reach and spacing resolve this setting's bracket to 3 % of delta within the default FFT window)
+    kw = {"lmax": 4.0, "dx": 4e-6}
+    brackets = [psg_log_delta_bracket(sigma, q, steps, eps, direction=d, **kw) for d in ("remove", "add")]
+    lo, hi = max(b[0] for b in brackets), max(b[1] for b in brackets)
+    got = float(r.log_delta)
+    assert lo - 1e-6 <= got <= hi + 1e-6, (lo, got, hi)
+    assert bool(r.reliable)
+    assert float(r.log_alias_bound) < got - math.log(1e6)
+    assert float(r.log_truncation_estimate) < got - math.log(1e6)
+    with pytest.raises(ValueError, match="epsilon"):
+        jaxdp.characteristic_terms(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=-1.0, num_steps=steps)

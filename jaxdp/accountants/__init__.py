@@ -3,12 +3,16 @@ registry, and the public entry points.
 
 Depends on :mod:`jaxdp.mechanisms` and :mod:`jaxdp.numerics`.  Each method lives in its own module
 and declares its :class:`MethodInfo` (see :mod:`jaxdp.accountants._api`); what the methods share
-(``K, K', K''``, the saddle point, the line characteristic function) is in ``_cgf``.
+(``K, K', K''``, the saddle point, the line characteristic function) is in ``_cgf``, the bounds they share
+(``delta_2`` and its certified bound, pure DP, Rényi DP) in ``_bounds``; a method module imports those, never
+another method module.
 """
 
 from jaxdp.accountants._api import (
+    CharacteristicResult,
     MethodInfo,
     available_methods,
+    characteristic_terms,
     default_method,
     delta_for_epsilon,
     epsilon_for_delta,
@@ -42,6 +46,7 @@ from jaxdp.accountants.montecarlo import (
 )
 
 __all__ = [
+    "CharacteristicResult",
     "EvrPlan",
     "EvrVerdict",
     "GroupCurve",
@@ -52,6 +57,7 @@ __all__ = [
     "SplitTerms",
     "available_methods",
     "bennett_num_samples",
+    "characteristic_terms",
     "default_method",
     "delta_for_epsilon",
     "epsilon_for_delta",

@@ -19,6 +19,7 @@ import numpy as np
 from jaxdp.accountants import _bounds, _characteristic, _exact, _gil_pelaez, _rdp, _saddlepoint, _split_saddle
 from jaxdp.accountants import certified as _certified
 from jaxdp.accountants import montecarlo as _montecarlo
+from jaxdp.accountants._characteristic import CharacteristicResult
 from jaxdp.accountants._registry import (
     MethodInfo,
     available_methods,
@@ -34,8 +35,10 @@ from jaxdp.numerics import NEAREST, float64_entry, float64_scope, nan_to, progra
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
+    "CharacteristicResult",
     "MethodInfo",
     "available_methods",
+    "characteristic_terms",
     "default_method",
     "delta_for_epsilon",
     "epsilon_for_delta",
@@ -237,9 +240,7 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
     keep = _jaxdp_code_only(info, args[0])
     if info.fallback is None:
         return _staged(info, plain_jit, plain, args, static, keep)
-    value = program_cache.call(
-        plain_jit, plain, args, {**static, "or_nan": True}, keep=keep, quick=info.quick_compile
-    )
+    value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True}, keep=keep, quick=info.quick_compile)
     if not _any_nan(value):
         return value
     backup = _staged(method_info(info.fallback), plain_jit, plain, args, {**static, "method": info.fallback}, keep)
@@ -269,9 +270,7 @@ def _jaxdp_code_only(info, comp) -> bool:
     """Whether every line of the program is jaxdp's own: a built-in method on jaxdp's mechanisms.  Only such a
     program may be kept on disk (``program_cache``'s key digests jaxdp's source, not a user's registered method
     or mechanism class, which could change under an unchanged key)."""
-    return _BUILT_IN.get(info.name) is info and all(
-        type(m).__module__.startswith("jaxdp.") for m in comp.mechanisms
-    )
+    return _BUILT_IN.get(info.name) is info and all(type(m).__module__.startswith("jaxdp.") for m in comp.mechanisms)
 
 
 def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
@@ -284,9 +283,16 @@ def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
     facts = of_concrete(mechanism, num_steps)
     if info.fallback is not None and not method_info(info.fallback).supports(comp):
         # (the method's fallback cannot take this mechanism: its own answer, NaN where it cannot vouch for one)
-        return float(program_cache.call(_epsilon_jit, epsilon_of_composition, args,
-                                        {"method": info.name, "facts": facts, "or_nan": True},
-                                        keep=_jaxdp_code_only(info, comp), quick=info.quick_compile))
+        return float(
+            program_cache.call(
+                _epsilon_jit,
+                epsilon_of_composition,
+                args,
+                {"method": info.name, "facts": facts, "or_nan": True},
+                keep=_jaxdp_code_only(info, comp),
+                quick=info.quick_compile,
+            )
+        )
     return float(_run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit))
 
 
@@ -499,6 +505,43 @@ def _terms_body(comp, epsilon):
 
 
 _terms_jit = jax.jit(_terms_impl, static_argnames=("facts",))
+
+
+def _characteristic_terms_impl(comp: Composition, epsilon):
+    rows = [_characteristic.characteristic_terms(comp, d, epsilon) for d in comp.directions]
+    best = rows[0]
+    for r in rows[1:]:  # the direction with the larger delta (add_or_remove)
+        best = jax.tree.map(lambda a, b, r=r, best=best: jnp.where(r.log_delta > best.log_delta, b, a), best, r)
+    ok = comp.valid() & (epsilon >= 0)
+    return jax.tree.map(lambda x: jnp.where(ok, x, jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating) else x & ok, best)
+
+
+_characteristic_terms_jit = jax.jit(_characteristic_terms_impl)
+
+
+@float64_entry(rounding=NEAREST)
+def characteristic_terms(mechanism, *, epsilon, num_steps=1) -> CharacteristicResult:
+    """The characteristic-function accountant's contour quadrature at ``epsilon``, with its error terms.
+
+    This is ``method="characteristic"`` before its fallback: where ``reliable`` is false (few steps at a tiny
+    sampling rate, whose privacy-loss law has a spike too narrow for the contour) the method answers with the
+    certified bound instead.  For ``add_or_remove`` the direction with the larger delta is reported.
+
+    Returns:
+      :class:`CharacteristicResult`: ``t`` (the contour's abscissa), ``ds`` and ``s_max`` (node spacing and
+      truncation point), ``log_delta`` (the estimate), ``log_alias_bound`` (a proven bound on the aliasing
+      error), ``log_truncation_estimate`` and ``log_rounding_estimate`` (estimated errors), ``reliable``.
+
+    Example:
+      >>> import math, jaxdp
+      >>> r = jaxdp.characteristic_terms(jaxdp.PoissonSubsampledGaussian(1.0, 0.01), epsilon=2.0, num_steps=1000)
+      >>> bool(r.reliable), float(r.log_alias_bound) < float(r.log_delta) + math.log(1e-6)
+      (True, True)
+    """
+    _validate.nonnegative("epsilon", epsilon)
+    _validate.num_steps("num_steps", num_steps)
+    comp = to_f64(as_composition(mechanism, num_steps))
+    return _characteristic_terms_jit(comp, jnp.asarray(epsilon, jnp.float64))
 
 
 @float64_entry(rounding=NEAREST)

@@ -1,7 +1,8 @@
 """Dominating pairs as immutable pytrees: Gaussian, Laplace, mixtures of Gaussians, compositions.
 
 Depends only on :mod:`jaxdp.numerics`.  The accountants use what is exported here and
-nothing else (see the "Architecture" section of the README).
+nothing else, plus the shared internals in :mod:`jaxdp.mechanisms.internal` (see the "Architecture" section of
+the README).
 """
 
 from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction, by_direction, is_add
@@ -16,26 +17,12 @@ from jaxdp.mechanisms._composition import (
 )
 from jaxdp.mechanisms._gaussian import Gaussian
 from jaxdp.mechanisms._laplace import Laplace
-from jaxdp.mechanisms._log_ratio import (
-    LOG_ZERO,
-    NEWTON_MAX_ITER,
-    UNROLL,
-    X_FAR,
-    component_posterior,
-    inverse_log_ratio,
-    log_ratio,
-    mixture_log_ratio,
-    scaled_exps,
-)
+from jaxdp.mechanisms._log_ratio import component_posterior, inverse_log_ratio, log_ratio, mixture_log_ratio
 from jaxdp.mechanisms._mixture import MixtureMechanism, MixtureOfGaussians, PoissonSubsampledGaussian
 from jaxdp.mechanisms._quadrature import CheckedMoments, mixture_rule, rule_log_moment
 
 __all__ = [
-    "LOG_ZERO",
-    "NEWTON_MAX_ITER",
     "STACK_CAPACITY",
-    "UNROLL",
-    "X_FAR",
     "AbstractMechanism",
     "Adjacency",
     "CheckedMoments",
@@ -56,7 +43,6 @@ __all__ = [
     "mixture_log_ratio",
     "mixture_rule",
     "rule_log_moment",
-    "scaled_exps",
     "scan_parts",
     "scan_stack",
     "segment",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from jaxdp.mechanisms import LOG_ZERO, NEWTON_MAX_ITER, X_FAR
+from jaxdp.mechanisms.internal import LOG_ZERO, NEWTON_MAX_ITER, X_FAR
 from jaxdp.numerics import UNIT_ROUNDOFF
 
 NUM_BINS = 2**19  # FFT window (lattice points of the composed law)

@@ -24,16 +24,15 @@ from jaxdp.accountants.certified._constants import (
     Z_TAIL,
 )
 from jaxdp.mechanisms import (
-    UNROLL,
     Gaussian,
     MixtureMechanism,
     by_direction,
     inverse_log_ratio,
     is_stacked,
     log_ratio,
-    scaled_exps,
     segment,
 )
+from jaxdp.mechanisms.internal import UNROLL, scaled_exps
 from jaxdp.numerics import argmax, keep_x64_mode, log1p, log_normal_mass, mean_factor
 
 
