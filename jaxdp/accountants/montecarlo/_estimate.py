@@ -334,14 +334,14 @@ _epsilon_jit = jax.jit(_epsilon_impl, static_argnames=("counts", "directions", "
 
 def _statics(parts, comp, estimator, num_samples, confidence):
     directions = tuple(str(d.value) if hasattr(d, "value") else str(d) for d in comp.directions)
-    if estimator == "tilted-exact" and any(_exact_tilt.kind(parts, d) is None for d in directions):
+    if estimator == "tilted-exact" and not _exact_tilt.supported(parts):
         raise ValueError(
-            "estimator='tilted-exact' samples Gaussian steps, and Poisson-subsampled Gaussian ones under 'remove' "
-            "(under 'add': one repeated Poisson-subsampled Gaussian); use 'tilted' for this mechanism."
+            "estimator='tilted-exact' samples Gaussian and Poisson-subsampled Gaussian steps only; use 'tilted' for "
+            "this mechanism."
         )
     return dict(
         counts=tuple(p.count for p in parts),
-        directions=tuple(str(d.value) if hasattr(d, "value") else str(d) for d in comp.directions),
+        directions=directions,
         estimator=estimator,
         num_samples=int(num_samples),
         z=_z(confidence),

@@ -49,9 +49,9 @@ _WHOLE_TILTS = np.arange(1.0, MAX_ORDER + 1.0)
 
 
 class ExactProposal(NamedTuple):
-    """One step's exactly sampled tilt: a mixture ``sum_k pi_k N(mu_k, s^2)`` (``cum``: its cumulative
-    probabilities) or, with ``cap`` (the largest loss), ``N(0, s^2)`` thinned by rejection; the step's log weight
-    is ``log dP/dG = log_m - a l(x)``."""
+    """One step's exactly sampled tilt: ``N(mu, s^2)`` (``cum`` of length one), a mixture ``sum_k pi_k N(k, s^2)``
+    (``cum``: its cumulative probabilities; ``mu`` unused), or, with ``cap`` (the largest loss), ``N(mu, s^2)``
+    thinned by rejection; the step's log weight is ``log dP/dG = log_m - a l(x)``."""
 
     cum: jax.Array
     mu: jax.Array
@@ -61,12 +61,10 @@ class ExactProposal(NamedTuple):
     cap: jax.Array | None
 
 
-def kind(parts, direction: str) -> str | None:
-    """``"loss"`` where the loss tilt of every step is sampled exactly (Gaussian and Poisson-subsampled Gaussian
-    steps), else ``None``."""
-    if all(isinstance(p.mech, (Gaussian, PoissonSubsampledGaussian)) for p in parts):
-        return "loss"
-    return None
+def supported(parts) -> bool:
+    """Whether the loss tilt of every step can be sampled exactly (Gaussian and Poisson-subsampled Gaussian steps,
+    either direction)."""
+    return all(isinstance(p.mech, (Gaussian, PoissonSubsampledGaussian)) for p in parts)
 
 
 def _subsampled(mech) -> bool:
@@ -132,8 +130,9 @@ def step_log_m(mech, direction, t):
     return jax.nn.logsumexp(_psg_log_terms(s, q, t))
 
 
-def log_range_loss(parts, direction, eps, t):
-    """Proven ``log`` of the largest value of ``Z`` under the loss tilt ``t > 0`` (``t`` may be an array)."""
+def log_range(parts, direction, eps, t):
+    """Proven ``log`` of the largest value of ``Z`` under the loss tilt ``t > 0`` (``t`` may be an array; it is
+    first made a tilt the steps can be drawn at, :func:`whole`)."""
     t = whole(parts, direction, t)
     k = sum(p.count * jnp.vectorize(lambda tt, m=p.mech: step_log_m(m, direction, tt))(t) for p in parts)
     return k - t * eps + t * jnp.log(t / (1.0 + t)) - jnp.log1p(t) + LOG_MARGIN
@@ -149,11 +148,6 @@ def best_tilt(parts, direction, eps):
     return tilts[i], logs[i]
 
 
-def log_range(parts, direction, eps, tilt):
-    """Proven ``log`` of the largest value of ``Z`` at ``tilt`` (``tilt`` may be an array)."""
-    return log_range_loss(parts, direction, eps, tilt)
-
-
 def proposals(parts, direction, tilt):
     """Per part, the exactly sampled tilt of its steps (held fixed: no derivative flows through it)."""
     tilt = jax.lax.stop_gradient(whole(parts, direction, tilt))
@@ -164,34 +158,32 @@ def proposals(parts, direction, tilt):
         log_m = jax.lax.stop_gradient(step_log_m(p.mech, direction, tilt))
         one = jnp.ones(1)
         if q is None:
-            mu = jnp.stack([1.0 + tilt if direction == "remove" else -tilt])
+            mu = 1.0 + tilt if direction == "remove" else -tilt
             out.append(ExactProposal(one, mu, s, tilt, log_m, None))
         elif direction == "add":  # N(0, s^2) drawn, kept with probability ((1 - q) / R)^t
             q = jax.lax.stop_gradient(q)
             gauss = q >= 1.0  # then P e^{tl} is N(-t, s^2), drawn as it is (a cap of -inf keeps every draw)
             cap = jnp.where(gauss, -jnp.inf, -jnp.log1p(-jnp.where(gauss, 0.0, q)))
-            mu = jnp.stack([jnp.where(gauss, -tilt, 0.0)])
-            out.append(ExactProposal(one, mu, s, tilt, log_m, cap))
+            out.append(ExactProposal(one, jnp.where(gauss, -tilt, 0.0), s, tilt, log_m, cap))
         else:
             terms = _psg_log_terms(s, jax.lax.stop_gradient(q), tilt)
             cum = jnp.cumsum(jnp.exp(terms - jax.nn.logsumexp(terms)))
-            mu = jnp.arange(MAX_ORDER + 2, dtype=jnp.float64)
-            out.append(ExactProposal(cum.at[-1].set(1.0), mu, s, tilt, log_m, None))
+            out.append(ExactProposal(cum.at[-1].set(1.0), jnp.zeros(()), s, tilt, log_m, None))
     return out
 
 
 def draw(prop, fam, key, shape):
     """``(x, l(x))``: outputs drawn exactly from the tilt ``prop`` of the step ``fam``, and their losses."""
-    k_u, k_z = jax.random.split(key)
     if prop.cap is not None:
         return _draw_rejected(prop, fam, key, shape)
+    k_u, k_z = jax.random.split(key)
     z = fam_mod.normal(k_z, shape)
-    if prop.mu.shape[0] == 1:
-        x = prop.mu[0] + prop.s * z
+    if prop.cum.shape[0] == 1:
+        x = prop.mu + prop.s * z
     else:
         # the component k (its mean is k): how many cumulative probabilities the uniform reaches
         k = jnp.searchsorted(prop.cum, fam_mod.uniform(k_u, shape), side="right", method="scan")
-        x = jnp.minimum(k, prop.mu.shape[0] - 1).astype(jnp.float64) + prop.s * z
+        x = jnp.minimum(k, prop.cum.shape[0] - 1).astype(jnp.float64) + prop.s * z
     return x, fam_mod.loss(fam, x)
 
 
@@ -201,7 +193,7 @@ def _draw_rejected(prop, fam, key, shape):
 
     def attempt(i):
         k_x, k_u = jax.random.split(jax.random.fold_in(key, i))
-        x = prop.mu[0] + prop.s * fam_mod.normal(k_x, shape)
+        x = prop.mu + prop.s * fam_mod.normal(k_x, shape)
         ell = fam_mod.loss(fam, x)
         keep = jnp.log(fam_mod.uniform(k_u, shape)) < prop.a * (ell - prop.cap)
         return x, ell, keep
@@ -225,7 +217,7 @@ def is_gaussian(mech) -> bool:
 def gaussian_part_sums(prop, fam, key, size, count):
     """``(sum of losses, sum of log weights)`` of ``count`` Gaussian steps drawn from the tilt ``prop``, from one
     draw of their output's sum (``N(count mu, count s^2)``: the loss ``sign (x - 1/2) / s^2`` is linear)."""
-    total = count * prop.mu[0] + prop.s * math.sqrt(count) * fam_mod.normal(key, (size,))
+    total = count * prop.mu + prop.s * math.sqrt(count) * fam_mod.normal(key, (size,))
     ell = fam.sign * (total - 0.5 * count) / (prop.s * prop.s)
     return ell, count * prop.log_m - prop.a * ell
 

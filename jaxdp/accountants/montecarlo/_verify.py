@@ -66,10 +66,7 @@ def evr_offset(*, tau, delta_est, rho=None):
       >>> round(evr_offset(tau=0.9, delta_est=1e-5) / 1e-5, 6)   # 0.4 (1/0.9 - 1/0.95)
       0.023392
     """
-    tau = _check_tau(tau)
-    rho = (1.0 + tau) / 2.0 if rho is None else float(rho)
-    if not tau < rho <= 1.0:
-        raise ValueError(f"rho must lie in (tau, 1], got {rho!r} with tau = {tau!r}.")
+    tau, rho = _check_tau_rho(tau, rho)
     return 0.4 * (1.0 / tau - 1.0 / rho) * float(delta_est)
 
 
@@ -92,6 +89,15 @@ def _check_tau(tau):
     if not (0.0 < tau < 1.0) or not math.isfinite(tau):
         raise ValueError(f"tau must lie in (0, 1), got {tau!r}.")
     return tau
+
+
+def _check_tau_rho(tau, rho):
+    """``(tau, rho)`` checked, ``rho = (1 + tau) / 2`` by default."""
+    tau = _check_tau(tau)
+    rho = (1.0 + tau) / 2.0 if rho is None else float(rho)
+    if not tau < rho <= 1.0:
+        raise ValueError(f"rho must lie in (tau, 1], got {rho!r} with tau = {tau!r}.")
+    return tau, rho
 
 
 def _log_nu_simple(comp, direction, eps):
@@ -240,8 +246,7 @@ def _needs(nu, offsets, tau, dest):
     )
 
 
-def _plan(comp, parts, eps_flat, dest_flat, tau, rho):
-    offsets = 0.4 * (1.0 / tau - 1.0 / rho) * dest_flat
+def _plan(comp, parts, eps_flat, dest_flat, tau, offsets):
     directions = tuple(str(getattr(d, "value", d)) for d in comp.directions)
     estimators, samples, tilts, counts = [], [], [], []
     with jax.enable_x64(True):
@@ -254,7 +259,7 @@ def _plan(comp, parts, eps_flat, dest_flat, tau, rho):
                 need = _needs(nu_o, offsets, tau, dest_flat)
                 # one tilt for the batch: that of the candidate needing most samples
                 options["tilted-one"] = (need, jnp.asarray([theta[int(np.argmax(need))]]))
-            if _exact_tilt.kind(parts, d) is not None:
+            if _exact_tilt.supported(parts):
                 options["tilted-exact"] = _exact_option(parts, d, eps_flat, dest_flat, offsets, tau)
             name = min(options, key=lambda k: options[k][0].max())
             estimators.append(name)
@@ -296,12 +301,11 @@ def evr_plan(mechanism, *, num_steps=1, epsilon, delta_est, tau: float = 0.9, rh
       >>> plan.estimators, plan.counts[0]["tilted-exact"] < plan.counts[0]["simple"] / 2
       (('tilted-exact',), True)
     """
-    tau = _check_tau(tau)
-    rho = (1.0 + tau) / 2.0 if rho is None else float(rho)
-    evr_offset(tau=tau, rho=rho, delta_est=0.5)  # validates rho
+    tau, rho = _check_tau_rho(tau, rho)
     eps_arr, dest_arr = _candidates(epsilon, delta_est, tau)
     comp, parts = parts_of(mechanism, num_steps)
-    plan = _plan(comp, parts, eps_arr.ravel(), dest_arr.ravel(), tau, rho)
+    offsets = 0.4 * (1.0 / tau - 1.0 / rho) * dest_arr.ravel()
+    plan = _plan(comp, parts, eps_arr.ravel(), dest_arr.ravel(), tau, offsets)
     return dataclasses.replace(plan, samples=tuple(n.reshape(eps_arr.shape) for n in plan.samples))
 
 
@@ -347,9 +351,7 @@ def evr(
       ([True, False], ('tilted-exact',))
     """
     start = time.perf_counter()
-    tau = _check_tau(tau)
-    rho = (1.0 + tau) / 2.0 if rho is None else float(rho)
-    evr_offset(tau=tau, rho=rho, delta_est=0.5)  # validates rho
+    tau, rho = _check_tau_rho(tau, rho)
     key_data = raw_key(key)
     if not (isinstance(max_samples, (int, np.integer)) and max_samples >= 1):
         raise ValueError(f"max_samples must be an integer >= 1, got {max_samples!r}.")
@@ -359,7 +361,7 @@ def evr(
     comp, parts = parts_of(mechanism, num_steps)
     offsets = 0.4 * (1.0 / tau - 1.0 / rho) * dest_flat
     thresholds = dest_flat / tau - offsets
-    plan = _plan(comp, parts, eps_flat, dest_flat, tau, rho)
+    plan = _plan(comp, parts, eps_flat, dest_flat, tau, offsets)
     _LOG.info("jaxdp.evr: %s", plan)
     worst = np.full(eps_flat.shape, -np.inf)
     total = np.zeros(eps_flat.shape, dtype=np.int64)
