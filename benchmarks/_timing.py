@@ -35,3 +35,34 @@ def rel(x, ref):
     if x is None or not math.isfinite(x):
         return "n/a"
     return f"{(x - ref) / ref:+.1e}"
+
+
+def provenance() -> str:
+    """Where a measurement comes from: jaxdp's commit and whether the tree was clean, JAX and jaxlib, backend and
+    devices, CPU cores, Python and the date (UTC)."""
+    import datetime
+    import os
+    import pathlib
+    import platform
+    import subprocess
+
+    import jaxlib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        except (OSError, subprocess.CalledProcessError):
+            return None
+
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    dirty = git("status", "--porcelain", "--", "jaxdp", "benchmarks", "pyproject.toml")
+    tree = "clean tree" if dirty == "" else "uncommitted changes" if dirty else "tree state unknown"
+    devices = ", ".join(str(d) for d in jax.devices())
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"jaxdp `{commit}` ({tree}); JAX {jax.__version__} (jaxlib {jaxlib.__version__}), backend "
+        f"`{jax.default_backend()}`, devices {devices}; {os.cpu_count()} CPU cores ({platform.machine()}); "
+        f"Python {platform.python_version()}; {now}."
+    )

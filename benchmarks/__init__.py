@@ -1,0 +1,1 @@
+"""jaxdp's benchmarks: ``python -m benchmarks`` lists them, ``python -m benchmarks NAME [options]`` runs one."""
