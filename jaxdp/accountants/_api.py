@@ -549,9 +549,10 @@ def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     """The bulk/jump-split saddle-point estimate at ``epsilon``, with how much to trust it.
 
     This is ``method="saddlepoint"``.  ``method="saddlepoint-delta2"`` returns the one-Gaussian ``delta_2``
-    (``log_delta_plain`` here), which is 20-200 % off in epsilon at sampling rates of 1e-4 to 1e-3; the
-    split estimate is within 1 % of the characteristic accountant there.  It splits the tilted law of each
-    step into a bulk and the rare large losses
+    (``log_delta_plain`` here), which is far off in epsilon at sampling rates of 1e-4 to 1e-3; the split
+    estimate is within 1 % of the characteristic accountant there (the figures:
+    ``benchmarks/results/saddlepoint_accuracy.md``).  It splits the tilted law of each step into a bulk and the
+    rare large losses
     ("jumps") that dominate it at small sampling rates, and sums over the number of jumps
     (``jaxdp/accountants/_split_saddle/``).  For ``add_or_remove`` the direction with the larger estimated
     delta is reported.  An estimate, not a bound.

@@ -173,7 +173,7 @@ def _log_truncation(contour: _Contour):
     The partial sum over the last 1/32 of the nodes: if the integrand has decayed (or
     averages out) before ``s_max`` it is negligible; where a narrow spike of the loss
     law keeps the integrand alive it is of the order of delta.  An a-posteriori
-    estimate (it measured 0.5-3x the actual error in the tests), not a bound.
+    estimate of the error's order of magnitude (it may fall below the actual error), not a bound.
     """
     m = jax.lax.stop_gradient(jnp.max(jnp.real(contour.log_f)))
     tail = jnp.abs(jnp.sum(jnp.real(jnp.exp(contour.log_f[NUM_NODES - NUM_NODES // 32 :] - m))))
@@ -187,9 +187,9 @@ def _log_rounding(contour: _Contour, comp: Composition, eps):
     one step times the number of steps; measured by the defect of ``phi(0) = 1``, at least
     ``PHI_REL_FLOOR`` a step) plus rounding.  Where the terms cancel, i.e. ``delta`` is far below
     ``sum |f(s_k)|`` (a tilted law with two modes and ``eps`` in the valley between them: few steps
-    sampled, ``delta`` ~ 1e-14), that error is amplified by the cancellation: the sum once vouched for a
-    ``delta`` 1.8x below the truth (sigma 1.378, q 7.7e-4, 260 steps, eps 0.151) with the other error terms
-    at 1e-7 of it.  An a-posteriori estimate, not a bound.
+    sampled, ``delta`` ~ 1e-14), that error is amplified by the cancellation, and the sum can be far off
+    while the aliasing and truncation terms are tiny: without this term the quadrature would vouch for a
+    wrong ``delta``.  An a-posteriori estimate, not a bound.
     """
     t = contour.t
     phi0 = contour.log_f[0] + jnp.log(t) + jnp.log1p(t)  # log phi(0) of the composition: 0 exactly

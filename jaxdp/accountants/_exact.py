@@ -7,10 +7,9 @@ A composition of Gaussian mechanisms with noise multipliers ``s_i`` applied
     delta(eps) = Phi(a) - e^eps Phi(a - mu) = phi(a) (R(u - h) - R(u + h)),
 
 ``R(x) = Phi(-x) / phi(x)`` the Mills ratio (``e^eps phi(a - mu) = phi(a)``).  The two
-terms of the first form agree to ~``log10(u / mu)`` digits for a small ``mu`` (the old
-``log_sub_exp`` of two ``log_ndtr`` lost them: relative errors up to 7e-4, and delta = 0 deep in
-the tail, where the solver starts, hence epsilon = NaN -> inf from ``sigma ~ 3e4``).  Here no digits
-are lost:
+terms of the first form agree to ~``log10(u / mu)`` digits for a small ``mu`` (a ``log_sub_exp`` of
+two ``log_ndtr`` loses them: relative errors far above rounding, and delta = 0 deep in the tail, where the
+solver starts, hence a NaN or infinite epsilon for a large ``sigma``).  Here no digits are lost:
 
 * ``h <= 0.1 max(1, u)`` (narrow): ``R(u - h) - R(u + h) = 2 sum_{k odd} J_k(u) h^k / k!``
   with ``J_k(u) = int_0^inf t^k e^{-ut - t^2/2} dt = (-1)^k R^(k)(u)``, a sum of positive

@@ -157,7 +157,7 @@ def group_curve(
         method = default_method(mech(jnp.asarray(probs[-1])), num_steps)
     # one compiled program for every g (the padded shapes are equal); a Python loop over it, not a vmap: the
     # accountants' root solves batched together run every lane to the slowest one's iteration count, and
-    # a vmapped or lax.map-ped copy of them compiles for minutes
+    # a vmapped or lax.map-ped copy of them takes far longer to compile
     eps = jnp.stack(
         [epsilon_for_delta(mech(jnp.asarray(p)), delta=delta, num_steps=num_steps, method=method) for p in probs]
     )

@@ -61,7 +61,7 @@ class MethodInfo:
       given_screen_stage: ``epsilon_given_screen`` receives the screen's ``epsilon_stage`` (the screen must have
         one), not its epsilon.
       quick_compile: the entry points compile this method's programs for concrete inputs with
-        ``numerics.program_cache.QUICK_COMPILE`` (XLA options that halve the compile of chains of special
+        ``numerics.program_cache.QUICK_COMPILE`` (XLA options that shorten the compile of chains of special
         functions and slow down some loops), where the installed XLA has them.
     """
 

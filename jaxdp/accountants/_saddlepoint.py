@@ -1,9 +1,10 @@
 """The saddle-point methods (Alghamdi, Gomez, Asoodeh, Calmon, Kosut & Sankar, ICML 2023).
 
-``"saddlepoint-delta2"`` is the paper's one-Gaussian approximation ``delta_2`` at the saddle point (~1 ms, an
-estimate, 20-200 % off in epsilon at small q); ``"saddlepoint-certified"`` is ``delta_2`` plus its proven error
-bound.  Both are computed in :mod:`jaxdp.accountants._bounds`, which the other methods share; ``"saddlepoint"``
-itself, the bulk/jump-split estimate, is registered by :mod:`jaxdp.accountants._split_saddle`.
+``"saddlepoint-delta2"`` is the paper's one-Gaussian approximation ``delta_2`` at the saddle point (the fastest
+method; an estimate, far off in epsilon at small q: ``benchmarks/results/saddlepoint_accuracy.md``);
+``"saddlepoint-certified"`` is ``delta_2`` plus its proven error bound.  Both are computed in
+:mod:`jaxdp.accountants._bounds`, which the other methods share; ``"saddlepoint"`` itself, the bulk/jump-split
+estimate, is registered by :mod:`jaxdp.accountants._split_saddle`.
 
 Derivation and guarantees: ``docs/accountants/saddlepoint.md`` (and ``docs/soundness.md``).
 """

@@ -114,8 +114,9 @@ def calibrate_noise_multiplier(
         part of the compilation key).
       method: the estimate that drives the search (any ``method=`` name).
       certify: the certified accountant of the final check: ``"certified-fast"``
-        (the certified construction on a coarser lattice: a proven bound, ~2e-5
-        looser, ~6x faster), ``"certified"`` (the tightest), ``"saddlepoint-certified"``
+        (the certified construction on a coarser lattice: a proven bound, slightly
+        looser, several times faster; ``benchmarks/results/calibrate.md``), ``"certified"``
+        (the tightest), ``"saddlepoint-certified"``
         or ``"rdp"`` (looser), or None to skip it.
       sigma_max: the largest noise multiplier searched.
 

@@ -63,10 +63,10 @@ _FORWARD_MODE_MAX_INPUTS = 8  # Jacobians with at most this many input elements 
 def keep_x64_mode(fn):
     """``fn``, run in the x64 mode that is current where ``keep_x64_mode`` is called.
 
-    For the functions handed to JAX to be traced later: JAX 0.11 traced a ``custom_vmap`` rule (of
-    :func:`~jaxdp.numerics.sparse_cond`) after the caller's ``enable_x64`` scope had closed (under a user's
-    ``jit(vmap)`` with x64 off: "lax.div requires arguments to have the same dtypes, got float64, float32").
-    JAX 0.10 traced it inside.
+    For the functions handed to JAX to be traced later: JAX 0.11 traces a ``custom_vmap`` rule (of
+    :func:`~jaxdp.numerics.sparse_cond`) after the caller's ``enable_x64`` scope has closed (under a user's
+    ``jit(vmap)`` with x64 off: "lax.div requires arguments to have the same dtypes, got float64, float32");
+    JAX 0.10 traces it inside.
     """
     on = x64_enabled()
 

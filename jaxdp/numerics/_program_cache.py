@@ -1,8 +1,8 @@
 """Compiled accountant programs kept on disk: each is compiled once per machine, not once per process.
 
 An entry point called on concrete values runs one jitted program per (function, method, mechanism structure,
-shapes).  Its first run in a process traces, lowers and compiles it (tens of seconds on two cores for the
-certified accountant).  This cache keeps the compiled executable itself
+shapes).  Its first run in a process traces, lowers and compiles it (the times:
+``benchmarks/results/startup.md``).  This cache keeps the compiled executable itself
 (:mod:`jax.experimental.serialize_executable`) in a directory jaxdp owns, so a later process loads it in
 milliseconds and skips all three; the user's global JAX configuration (its own persistent cache) is not touched.
 
@@ -32,10 +32,9 @@ __all__ = ["QUICK_COMPILE", "call", "compiled_here", "directory", "enable", "ena
 
 #: XLA options for the programs of a method registered with ``quick_compile`` (concrete inputs only; a user's own
 #: ``jit`` compiles with its own options).  XLA:CPU's legacy elemental emitters compile the accountants' long
-#: chains of scalar special functions in about half the time of the fusion emitters (certified's first program
-#: 11.3 -> 5.3 s on two cores, the same value to the last digit, its queries no slower), but make loops over
-#: wide vectors slower (rdp's queries 2x): a method opts in where its queries stay within 1.2x
-#: (``benchmarks/results/startup.md``).  XLA versions without the option (jaxlib >= 0.11) compile as usual.
+#: chains of scalar special functions much faster than the fusion emitters (to the same values), but make loops
+#: over wide vectors slower: a method opts in where its queries stay within 1.2x (the measurements:
+#: ``benchmarks/results/startup.md``).  XLA versions without the option (jaxlib >= 0.11) compile as usual.
 QUICK_COMPILE = (("xla_cpu_use_fusion_emitters", False),)
 
 _UNSET = object()

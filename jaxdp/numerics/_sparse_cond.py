@@ -28,8 +28,7 @@ def sparse_cond(pred, true_fn, false_fn, operands, *, chunk: int = SPARSE_CHUNK,
 
     ``true_unless_batched``: outside ``vmap`` (or with an unbatched ``pred``) run ``true_fn`` with no ``cond``
     at all, and differentiate ``true_fn``.  This is for a caller whose ``pred`` always holds there, such as the
-    body of a ``while_loop`` that masks the batch elements that are done.  (One ``cond`` fewer in a loop body;
-    single-query timings with and without it were within this CPU's noise.)
+    body of a ``while_loop`` that masks the batch elements that are done.  (One ``cond`` fewer in a loop body.)
 
     Example:
       >>> import jax, jax.numpy as jnp
@@ -41,7 +40,7 @@ def sparse_cond(pred, true_fn, false_fn, operands, *, chunk: int = SPARSE_CHUNK,
     def plain(p, ops):
         return true_fn(ops) if true_unless_batched else jax.lax.cond(p, true_fn, false_fn, ops)
 
-    # (the rules run in this call's x64 mode: under a user's ``jit(vmap)`` with x64 off, JAX 0.11 traced the
+    # (the rules run in this call's x64 mode: under a user's ``jit(vmap)`` with x64 off, JAX 0.11 traces the
     # batching rule outside ``float64_entry``'s scope, "lax.div requires arguments to have the same dtypes")
 
     @jax.custom_batching.custom_vmap
@@ -69,8 +68,8 @@ def sparse_cond(pred, true_fn, false_fn, operands, *, chunk: int = SPARSE_CHUNK,
             idx = jax.lax.dynamic_slice_in_dim(order, start, k)
             valid = (start + jnp.arange(k)) < count  # (the first always is: start <= i k < count)
             # the chunk's slots past the last element taking the branch repeat its first element: padding with
-            # the elements that do not take it ran their iterations to the end (a three-step Newton on a
-            # 500,000-step composition), and the chunk's loops with them (vmap 1,000 of the issue grid: 11.2 s)
+            # the elements that do not take it would run their iterations to the end (a three-step Newton on a
+            # 500,000-step composition, say), and the chunk's loops with them
             sub = jax.tree.map(lambda x, b: x[jnp.where(valid, idx, idx[0])] if b else x, ops, ops_batched)
             vals = on_true(sub)
 

@@ -170,7 +170,7 @@ class PrivacyTracker:
         segs = [*self._segments, *([] if extra is None else [list(extra)])]
         if len(segs) == 1 or (len(segs) == 2 and segs[0][:2] == segs[1][:2]):
             # one run of equal steps: the mechanism itself (the same value as a one-segment stack, a smaller
-            # program and a 2-3x cheaper query)
+            # program and a cheaper query)
             sigma, q = segs[0][:2]
             mech = PoissonSubsampledGaussian(sigma, q, adjacency=self.adjacency)
             n = sum(sg[2] for sg in segs)

@@ -5,8 +5,9 @@ a heavy right shoulder or a second mode: the outputs where the privacy loss is i
 (the sensitivity terms of ``R(x) = P/Q`` outweigh the zero-sensitivity term ``p_0``).  Under the tilt only
 a fraction ``p_J`` of the steps land there ("jumps", each adding a loss of several units) and
 ``T p_J`` is of order 0.01-1, so the composed tilted law is a Binomial mixture over the number of jumps,
-not one Gaussian: the one-Gaussian formula ``delta_2`` reads ``K''(t*)`` inflated by the rare jumps and
-was 20-200 % off in epsilon (8-60x in delta) at ``q`` of 1e-4 to 1e-3.
+not one Gaussian: the one-Gaussian formula ``delta_2`` reads ``K''(t*)`` inflated by the rare jumps and is
+far off there, in epsilon and more so in delta, at ``q`` of 1e-4 to 1e-3
+(``benchmarks/results/saddlepoint_accuracy.md``).
 
 Here each step's tilted law is split (a sigmoid of width :data:`SPLIT_WIDTH` in the loss, at
 ``L = log(2 p_0)``, where the zero-sensitivity term of ``R`` stops dominating) into a bulk and a jump part,

@@ -41,8 +41,8 @@ def _log_j0(u):
     Below ``_LAGUERRE_FROM`` from ``log Phi``; above, by 24-point Gauss-Laguerre in ``x = u y`` (within 7e-16
     of mpmath for every ``u >= 8``).  ``log Phi(-u) + u^2/2`` cancels: its error grows as ``u^2`` (3e-11 at
     ``u = 1e3``, 1e-4 at ``u = 1e6``), and the difference ``log J_0(u) - log J_0(u + s)`` of two nearby
-    arguments (the Gaussian part of :func:`_log_terms`) then drowned in it; it came out with the wrong sign
-    and the term as NaN (sigma 4.38, q 2.1e-4, 70 steps, tilt 326: ``z0 ~ 1e6``)."""
+    arguments (the Gaussian part of :func:`_log_terms`) would drown in it, with the wrong sign and a NaN term
+    at the huge ``z0`` of large tilts at a small ``q``."""
     big = u >= _LAGUERRE_FROM
     small = log_ndtr(-jnp.where(big, 0.0, u)) + 0.5 * u * u + 0.5 * math.log(2.0 * math.pi)
     uu = jnp.maximum(u, _LAGUERRE_FROM)

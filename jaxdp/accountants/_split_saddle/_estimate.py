@@ -59,9 +59,9 @@ ONE_JUMP_SKIP = 25.0
 BULK_NEWTON_STEPS = 3
 #: the count-0 term is re-evaluated at the bulk's saddle point where, at the curve's tilt, its second-order
 #: Edgeworth terms move its log by more than this, or the bulk's mean is more than ``BULK_Z_MIN`` standard
-#: deviations from that saddle point's equation (and the term matters).  Measured at the curve's tilt: 0.01-0.04
-#: and z 2.6-3.8 on the issue's rows (where the re-evaluation changed the term by 0.004-0.04 and cost 2x),
-#: 0.58-2.8 and z 6-13 where the term was 2-15x low.
+#: deviations from that saddle point's equation (and the term matters).  The thresholds separate the rows whose
+#: expansion at the curve's tilt is already close (a re-evaluation there would double the bulk's cost for a change
+#: within the estimate's error) from those whose term there is several times low (gaps of order one, z far above).
 BULK_EDGEWORTH_GAP = 0.1
 BULK_Z_MIN = 5.0
 #: the bulk's tilt stays below this over eps (the sigmoid's width below a capped split point is eps / 64: much
@@ -77,10 +77,9 @@ def _bulk_saddle_rows(bulk_term, t, eps) -> _Rows:
     The count-0 term is the same at every tilt in exact arithmetic (it is ``E_P[prod_i b(L_i) (1 - e^{eps -
     L})_+]``, ``b`` the bulk's sigmoid), but its Edgeworth expansion is accurate only near its own saddle
     point.  The curve's tilt ``t`` is the whole law's, held down by the rare jumps; where few steps jump
-    and eps is small, the bulk needs a tilt 5-10x larger to reach eps, and at ``t`` its term was 2-15x low
-    (sigma 3.13, q 5.4e-3, 66 steps, eps 0.098: log term -27.72 at t = 101, -26.85 at tau ~ 300, truth by a
-    tilted FFT -26.87).  A few safeguarded Newton steps in ``log tau`` from ``t`` (the term is stationary in
-    ``tau`` there, so they need not converge tightly)."""
+    and eps is small, the bulk needs a several times larger tilt to reach eps, and its expansion at ``t``
+    underestimates the term by up to an order of magnitude.  A few safeguarded Newton steps in ``log tau`` from
+    ``t`` (the term is stationary in ``tau`` there, so they need not converge tightly)."""
     lo = jnp.log(t) - 3.0
     hi = jnp.maximum(jnp.log(t), jnp.log(BULK_TILT_CAP / jnp.maximum(eps, 1e-300)))
 
@@ -105,7 +104,7 @@ def _bulk_saddle_rows(bulk_term, t, eps) -> _Rows:
 def _bulk_saddle_needed(shape, t, eps, n, log_w, first, second):
     """Whether the count-0 term is taken from :func:`_bulk_saddle_rows`: the count 0 is visited on its own, its
     expansion at the curve's tilt is off (``BULK_EDGEWORTH_GAP``, ``BULK_Z_MIN``), and the term at ``t`` is
-    within ``e^{ONE_JUMP_SKIP}`` of the others (it was at most 15x low)."""
+    within ``e^{ONE_JUMP_SKIP}`` of the others (the re-evaluation moves it by far less than that margin)."""
     # (a decision: its inputs without their derivatives, so that none is traced for it)
     shape, t, eps, log_w, first, second = jax.lax.stop_gradient((shape, t, eps, log_w, first, second))
     # (no jumps: the bulk is the whole law, whose saddle point is the curve's tilt already)

@@ -30,9 +30,8 @@ from jaxdp.numerics import (
 #: the step counts :func:`_few_log_delta` takes, with its ``three`` flag: one or two steps, three
 _FEW_CASES = (((1, 2), False), ((3, FEW_STEPS), True))
 #: a sum over the nodes runs over ``FEW_BLOCKS`` blocks of ``FEW_BLOCK`` consecutive nodes: those whose
-#: neighbourhood holds the largest summands (measured against the sums over all 1,024 nodes, three steps, 78
-#: random cells: within 3.5e-7 in log delta; two windows around the two largest, of 192 nodes outside and 384
-#: inside, missed 1.7e-2 where the inner sum has two bumps too, sigma 0.68, q 0.013, delta 3e-10)
+#: neighbourhood holds the largest summands (blocks wherever the summands are large, not windows around the two
+#: largest: the inner sum of three steps can have two bumps of its own, which such windows miss)
 FEW_BLOCK = 16
 FEW_BLOCKS = 20
 #: the few-step epsilon solve stops where log delta is this close to its target
@@ -82,8 +81,8 @@ def _few_log_delta(mech, nodes: _TiltedNodes, n, t, eps, three: bool):
     The last step is exact (:func:`_one_step_logs`, smooth in its threshold); the others are summed over their
     tilted quadrature nodes (``E_P[f(L)] = M(t) E_t[e^{-t L} f(L)]``, exact for every ``t``), each sum over the
     blocks of nodes that hold its largest summands (:func:`_blocks_logsumexp`).  At two steps the split
-    estimate's bulk is one step, which no Edgeworth expansion describes (sigma 2, q 0.01, delta 1e-6 was 1.3 %
-    low in epsilon), at three two steps (-1.2 % there, -2.9 % at sigma 5, q 1e-4, delta 1e-10)."""
+    estimate's bulk is one step (at three, two steps), which no Edgeworth expansion describes: the split
+    estimate is percent-level low in epsilon there."""
     log_p, c, sigma = mech.mixture()
     zero = c == 0.0
     _, _, _, c_max = _present_sensitivities(mech)
@@ -155,8 +154,8 @@ def _with_few_steps_epsilon(comp, direction, log_delta, eps, u):
         return eps
     mech, n = single
     # (the tilt keeps its derivative: the block sums are exact for every tilt only to quadrature accuracy, the
-    # blocks kept move with it, and the split's tilt moves with the parameters; without it d eps / d sigma was
-    # 5e-4 off at sigma 0.7, q 0.1, with the earlier windowed sums)
+    # blocks kept move with it, and the split's tilt moves with the parameters; a tilt held fixed would leave
+    # that motion out of d eps / d sigma)
     t = jnp.exp(u)
     for few_steps, three in _FEW_CASES:
         eps = sparse_cond(

@@ -132,9 +132,9 @@ def _many_jump_part(step_nodes, shape, ts, es):
     GRID_COUNTS`` jumps of one mixture with several non-zero sensitivities, the sum of the ``n`` jumps on a
     grid (its law the ``n``-fold convolution of one jump's, by FFT), the other steps' bulk Edgeworth.
 
-    A group mixture's tilted jump law has one bump per component, spread over tens of units of loss (group 16
-    at sigma 0.84: a mean of 24 and a standard deviation of 75 for a target epsilon of 13): the Edgeworth
-    expansion of ``n`` jumps from their cumulants ``n D`` was off by several units in ``log delta``.  Each
+    A group mixture's tilted jump law has one bump per component, spread over tens of units of loss (for large
+    groups its standard deviation exceeds its mean and the target epsilon): an Edgeworth expansion of ``n``
+    jumps from their cumulants ``n D`` is off by several units in ``log delta`` there.  Each
     jump's loss is at least the split point's sigmoid (positive: the grid is used where the split point is,
     :func:`_fused_at`), so the sums only grow and truncating the grid at its top drops exactly the sums
     above it.  The jumps are placed on the grid by linear interpolation (the mean of each preserved)."""
@@ -142,8 +142,8 @@ def _many_jump_part(step_nodes, shape, ts, es):
     log_wj = log_w + log_s
     log_pj = jax.nn.logsumexp(log_wj)
     _, b = _node_cumulants(log_w + log_b, ell)
-    # the spacing is differentiated through (the binned sum depends on it; held fixed, the derivative in sigma
-    # was 3e-4 off central differences, now within 5e-6)
+    # the spacing is differentiated through (the binned sum depends on it: held fixed, it would leave that
+    # dependence out of the derivative in sigma)
     reach = es + jnp.minimum(GRID_REACH / ts, 4.0 * GRID_REACH)
     dx = reach / (GRID_SIZE - 1)
     pos = jnp.maximum(ell, 0.0) / dx

@@ -85,10 +85,9 @@ def split_point(p0, eps, split=SPLIT, floor=-jnp.inf):
     instead, :func:`_one_jump_terms`).
 
     ``floor`` (:func:`_bulk_floor`: about where one of the steps' bulk would cross into the jumps) keeps the cap
-    above the bulk: near ``eps = 0`` the cap put half of every step's
-    bulk into the jumps, and the estimate of ``log delta`` was 2.8 low at ``eps = 0`` (group 4, sigma 3.42,
-    q 2.6e-3, 90 steps: -7.25 against -4.45), which stopped the epsilon solve at 0 (the answer was
-    0.0457)."""
+    above the bulk: near ``eps = 0`` the cap alone would put half of every step's bulk into the jumps, the
+    estimate of ``log delta`` there would be units too low, and the epsilon solve would stop at 0 where the
+    answer is positive."""
     log_a = math.log(split[0]) + jnp.log(jnp.where(p0 > 0, p0, 1.0))
     return jnp.minimum(log_a, jnp.maximum(split[1] * jnp.maximum(eps, 0.0), floor))
 
@@ -138,8 +137,8 @@ def _split_logs(nodes: _TiltedNodes, eps, split=SPLIT, point=None, steps=1.0):
     """``(log sigmoid jump, log sigmoid bulk)`` at the nodes: the split at :func:`split_point` (``point``: that
     point, where the caller has it from the nodes at another tilt: every term of one estimate must split the
     loss at the same point)."""
-    # the sigmoid is sharp: SPLIT_NODES nodes per window resolve it (and its derivative: with the default 48
-    # the gradient was 2.6e-2 off finite differences, with 256 within 2.3e-6)
+    # the sigmoid is sharp: SPLIT_NODES nodes per window resolve it and its derivative (fewer, such as the
+    # default rule's, leave the gradient off)
     split = _split_point_of(nodes, eps, split, steps) if point is None else point
     # narrower below a capped split point, so that the bulk (losses near 0) stays out of the jumps
     width = jnp.where(split > 0, jnp.clip(split / 32.0, 1e-6, SPLIT_WIDTH), SPLIT_WIDTH)

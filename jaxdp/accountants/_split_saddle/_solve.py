@@ -35,8 +35,8 @@ from jaxdp.numerics import (
 #: it starts the next), the estimate's root, and one evaluation of ``eps`` at that root
 START, ESTIMATE, ANSWER = 0, 1, 2
 #: per phase: the iteration's tolerance in log delta, that of a last step taken unevaluated, and the number of
-#: evaluations (the start is solved tightly, though only a start: a loose one, reached by a path that rounding in a
-#: batched evaluation can change, moved the estimate's answer within its own tolerance, 1e-8, under ``vmap``)
+#: evaluations (the start is solved tightly, though only a start: a loose one is reached by a path that rounding in
+#: a batched evaluation can change, and would move the estimate's answer, within its tolerance, under ``vmap``)
 PHASE_TOL = (1e-11, LOG_DELTA_TOL, LOG_DELTA_TOL)
 PHASE_PREDICTED_TOL = (1e-11, CURVE_PREDICTED_TOL, CURVE_PREDICTED_TOL)
 PHASE_EVALUATIONS = (CURVE_MAX_ITERATIONS, CURVE_MAX_ITERATIONS, 1)

@@ -10,7 +10,7 @@ from jaxdp.numerics import UNIT_ROUNDOFF
 NUM_BINS = 2**19  # FFT window (lattice points of the composed law)
 MIXTURE_NUM_BINS = 2**20  # the window for mixtures of more than two components (see _grid)
 LATTICE_SIZE = 2**17  # lattice points per step (zero-padded, or folded, to the window)
-FAST_GRID = (2**16, 2**14)  # (NUM_BINS, LATTICE_SIZE) of method="certified-fast": 8x coarser, ~6x faster (any mixture)
+FAST_GRID = (2**16, 2**14)  # (NUM_BINS, LATTICE_SIZE) of method="certified-fast": 8x coarser (any mixture)
 WINDOW_SDS_BELOW = 4.0  # the window starts this many tilted standard deviations below the tilted mean
 WINDOW_SDS_ABOVE = 6.0  # and ends this many above it (narrower windows let heavy tilted tails wrap around)
 Z_TAIL = 13.0  # default per-step output range, in noise standard deviations

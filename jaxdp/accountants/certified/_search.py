@@ -173,7 +173,7 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
         return _window_epsilon(win, log_delta, eps_ref)
 
     def search_tilt(eps_ref):
-        # the tilts are ranked on the coarse lattice (~6x cheaper) without gradients (a failed one may have
+        # the tilts are ranked on the coarse lattice (several times cheaper) without gradients (a failed one may have
         # non-finite partials); the best is solved again, differentiably (NaN when none succeeds)
         t_ref = jax.lax.stop_gradient(_cgf.saddle_point(comp, direction, eps_ref))
         tilts = jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])

@@ -5,8 +5,8 @@ Each of ``num_samples`` sample paths draws its ``K`` steps from a proposal and k
 ``k``-step composition, so one set of paths gives the whole curve.
 
 One tilt cannot serve every step: tilting every step at the saddle point of step ``K`` leaves the events
-that make up step 50's delta out of reach, and the estimate there is far too small with a far too small
-standard error (issue 41: 42 % low at step 50 of the paper's Figure 5 setting); and where delta comes
+that make up an early step's delta out of reach, and the estimate there is far too small with a far too
+small standard error; and where delta comes
 from one large step (the Poisson-subsampled Gaussian at small ``q``) no every-step tilt is right at
 all (the saddle point itself is then far off).  ``"tilted"`` therefore samples from a *mixture* of
 proposals and weights every path by the mixture's density at every step (multiple importance sampling,
@@ -529,9 +529,8 @@ def online_epsilon(
     module :mod:`jaxdp.accountants.montecarlo._online` says how).  The standard error is delta's over the
     slope of delta(eps) at the estimate (the delta method); the interval is where delta's normal interval
     crosses ``delta`` (``ci_high`` is ``inf`` where delta's relative standard error exceeds ``1 / z``).
-    Their coverage is measured over 100 seeds of 10^5 paths at the paper's Figure 5 online setting (sigma = 1,
-    q = 1e-3, delta = 1e-9, 1000 steps) and at q = 0.01, delta = 1e-5: 90-98 % at every checkpoint step
-    (``benchmarks/results/online_coverage.md``).
+    Their coverage at every checkpoint step, over many seeds at the paper's Figure 5 online setting (sigma = 1,
+    q = 1e-3, delta = 1e-9, 1000 steps) and at q = 0.01, delta = 1e-5: ``benchmarks/results/online_coverage.md``.
 
     Args:
       mechanism: one step (a Gaussian, Laplace or mixture-of-Gaussians mechanism).

@@ -328,7 +328,8 @@ def evr(
     direction, with the estimator whose count is smallest (:func:`evr_plan`; logged on ``jaxdp.evr`` before
     sampling): the simple estimator, the one-step tilt (a repeated Poisson-subsampled Gaussian under
     ``"remove"``) or the exact loss tilt (Gaussian and Poisson-subsampled Gaussian steps), whose proven range
-    makes it ~10^3-10^5 times cheaper at the deltas DP-SGD is released at.  A candidate needing more than
+    makes it orders of magnitude cheaper at the deltas DP-SGD is released at (the counts:
+    ``benchmarks/results/evr.md``).  A candidate needing more than
     ``max_samples`` is rejected (reported with ``samples`` the count it would need).
 
     Args:
