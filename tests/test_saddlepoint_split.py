@@ -306,6 +306,21 @@ def test_three_steps_where_characteristic_is_one_percent_high():
     assert lo > math.log(delta) > hi, (eps, lo, hi)
 
 
+def test_three_steps_whose_inner_sum_has_two_bumps_against_the_fft_bracket():
+    """sigma 0.68, q 0.013, three steps, delta 3e-10: the few-step sum's inner two-step law has two bumps, and
+    summing only the largest windows of nodes missed 1.7e-2 in log delta (~1e-3 in epsilon).  The independent
+    tilted FFT (remove, the larger direction: under add delta is 0 from L_max = -log(1 - q) on) brackets the
+    estimate within 3e-4."""
+    from _fft_reference import psg_log_delta_bracket
+
+    sigma, q, steps, delta = 0.68, 0.013, 3, 3e-10
+    eps = _eps(jaxdp.PoissonSubsampledGaussian(sigma, q), delta, steps)
+    grid = {"dx": 1e-4, "lmax": 12.0}
+    lo, _ = psg_log_delta_bracket(sigma, q, steps, eps * (1.0 - 3e-4), **grid)
+    _, hi = psg_log_delta_bracket(sigma, q, steps, eps * (1.0 + 3e-4), **grid)
+    assert lo > math.log(delta) > hi, (eps, lo, hi)
+
+
 @pytest.mark.parametrize("sigma,q,steps,delta", [(2.17, 1e-3, 2, 1e-12), (1.0, 1e-3, 3, 1e-8), (2.0, 1e-3, 10, 1e-12)])
 def test_few_steps_at_tiny_q_against_dp_accounting(sigma, q, steps, delta):
     from dp_accounting import dp_event
@@ -325,7 +340,14 @@ def test_zero_epsilon_where_delta_at_zero_is_below_the_target():
 
 @pytest.mark.parametrize(
     "sigma,q,steps,delta",
-    [(1.0, 1e-3, 10_000, 1e-6), (0.8, 5e-4, 20_000, 1e-12), (2.17, 1e-3, 2, 1e-12), (1.0, 0.01, 500, 1e-5)],
+    [
+        (1.0, 1e-3, 10_000, 1e-6),
+        (0.8, 5e-4, 20_000, 1e-12),
+        (2.17, 1e-3, 2, 1e-12),
+        # the few-step path's derivative with its tilt held fixed was 5e-4 off: the tilt must follow sigma
+        (0.7, 0.1, 2, 1e-6),
+        (1.0, 0.01, 500, 1e-5),
+    ],
 )
 def test_gradients_match_finite_differences(sigma, q, steps, delta):
     def eps(s, qq):

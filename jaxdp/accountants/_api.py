@@ -11,6 +11,9 @@ turns invalid traced inputs into NaN.
 from __future__ import annotations
 
 import dataclasses
+import os
+import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -311,12 +314,28 @@ MONTECARLO = "montecarlo"
 _log64 = float64_scope(jnp.log)
 
 
+def _warn_at_caller(message, category):
+    """``warnings.warn`` attributed to the first frame outside jaxdp (the user's call)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(0), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
 def _montecarlo_options(method, key, num_samples):
     """``{}`` for a deterministic method (which takes no ``key``/``num_samples``), else the Monte Carlo options."""
     if method != MONTECARLO:
         if key is not None or num_samples is not None:
             raise ValueError(f"key and num_samples apply to method='montecarlo' only, not method={method!r}.")
         return None
+    # a method is a registered pair of traceable functions (method_info, available_methods); Monte Carlo is not
+    # one (it needs a key and gives an interval), so it has entry points of its own
+    _warn_at_caller(
+        "method='montecarlo' is deprecated and will be removed in the next release: call jaxdp.montecarlo_epsilon "
+        "or jaxdp.montecarlo_delta (which also return the standard error and interval).",
+        DeprecationWarning,
+    )
     opts = {"key": key}
     if num_samples is not None:
         opts["num_samples"] = num_samples
@@ -367,8 +386,8 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
         see :func:`default_method`).  Its first call on a machine compiles (the times:
         ``benchmarks/results/startup.md``), and the program is kept on disk for later processes
         (``JAXDP_CACHE_DIR``, see the README).
-        ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_delta`, which also gives its
-        standard error and interval); it needs ``key`` and takes ``num_samples``.
+        ``"montecarlo"`` (deprecated: call :func:`jaxdp.montecarlo_delta`, which also gives its standard error
+        and interval): a Monte Carlo estimate; it needs ``key`` and takes ``num_samples``.
       key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
 
     Returns:
@@ -416,8 +435,8 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
         see :func:`default_method`).  Its first call on a machine compiles (the times:
         ``benchmarks/results/startup.md``), and the program is kept on disk for later processes
         (``JAXDP_CACHE_DIR``, see the README).
-        ``"montecarlo"``: a Monte Carlo estimate (:func:`jaxdp.montecarlo_epsilon` also gives its
-        standard error and interval); it needs ``key`` and takes ``num_samples``.
+        ``"montecarlo"`` (deprecated: call :func:`jaxdp.montecarlo_epsilon`, which also gives its standard error
+        and interval): a Monte Carlo estimate; it needs ``key`` and takes ``num_samples``.
       key, num_samples: the PRNG key and sample count of ``method="montecarlo"`` (only).
 
     Returns:
