@@ -11,9 +11,6 @@ turns invalid traced inputs into NaN.
 from __future__ import annotations
 
 import dataclasses
-import os
-import sys
-import warnings
 
 import jax
 import jax.numpy as jnp
@@ -314,15 +311,6 @@ MONTECARLO = "montecarlo"
 _log64 = float64_scope(jnp.log)
 
 
-def _warn_at_caller(message, category):
-    """``warnings.warn`` attributed to the first frame outside jaxdp (the user's call)."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(0), 1
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
-        frame, level = frame.f_back, level + 1
-    warnings.warn(message, category, stacklevel=level)
-
-
 def _montecarlo_options(method, key, num_samples):
     """``{}`` for a deterministic method (which takes no ``key``/``num_samples``), else the Monte Carlo options."""
     if method != MONTECARLO:
@@ -331,7 +319,7 @@ def _montecarlo_options(method, key, num_samples):
         return None
     # a method is a registered pair of traceable functions (method_info, available_methods); Monte Carlo is not
     # one (it needs a key and gives an interval), so it has entry points of its own
-    _warn_at_caller(
+    _validate.warn_at_caller(
         "method='montecarlo' is deprecated and will be removed in the next release: call jaxdp.montecarlo_epsilon "
         "or jaxdp.montecarlo_delta (which also return the standard error and interval).",
         DeprecationWarning,

@@ -10,6 +10,9 @@ epsilon or delta.
 from __future__ import annotations
 
 import numbers
+import os
+import sys
+import warnings
 
 import jax
 import numpy as np
@@ -22,6 +25,7 @@ __all__ = [
     "open_unit",
     "positive",
     "probability",
+    "warn_at_caller",
 ]
 
 
@@ -116,3 +120,13 @@ def integer(name, value, minimum: int = 1) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
     return int(value)
+
+
+def warn_at_caller(message, category=UserWarning):
+    """``warnings.warn`` attributed to the first frame outside jaxdp (the user's call), whatever the depth of the
+    library's own wrappers in between."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(0), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(root):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
