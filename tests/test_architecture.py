@@ -39,19 +39,38 @@ def _layer(module: str):
     return LAYERS.get(parts[1]) if len(parts) > 1 else None
 
 
-def _imports(path: pathlib.Path):
-    """``(line, target module, imported name or None)`` for every import of jaxdp in ``path``."""
+def _is_module(name):
+    path = ROOT.parent / name.replace(".", "/")
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _top_level(tree):
+    """The statements run when the module is imported: not inside a function or class, nor a ``TYPE_CHECKING``
+    block."""
+    todo = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            todo += node.orelse
+            continue
+        yield node
+        todo += [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+
+
+def _imports(path: pathlib.Path, top_level=False):
+    """``(line, target module, imported name or None)`` for every import of jaxdp in ``path`` (``top_level``: only
+    those run when the module is imported)."""
     me = _module_name(path)
     tree = ast.parse(path.read_text())
     out = []
-    for node in ast.walk(tree):
+    for node in _top_level(tree) if top_level else ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("jaxdp"):
             for alias in node.names:
                 target = f"{node.module}.{alias.name}"
                 # ``from pkg import _module`` imports a module; ``from module import name`` a name
-                if (ROOT.parent / target.replace(".", "/")).with_suffix(".py").exists() or (
-                    ROOT.parent / target.replace(".", "/") / "__init__.py"
-                ).exists():
+                if _is_module(target):
                     out.append((node.lineno, target, None))
                 else:
                     out.append((node.lineno, node.module, alias.name))
@@ -426,34 +445,13 @@ def test_no_module_over_600_lines():
     assert not {k: v for k, v in sizes.items() if v > 600}
 
 
-def _is_module(name):
-    path = ROOT.parent / name.replace(".", "/")
-    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
-
-
 def test_no_import_cycle():
     """No cycle among the modules' top-level imports (a ``TYPE_CHECKING`` block aside): each module can be
     imported first."""
     graph = {}
     for path in _sources():
-        me = _module_name(path)
-        tree = ast.parse(path.read_text())
-        nodes = [
-            n
-            for n in tree.body
-            if not (isinstance(n, ast.If) and isinstance(n.test, ast.Name) and n.test.id == "TYPE_CHECKING")
-        ]
-        deps = set()
-        for node in nodes:
-            for n in ast.walk(node):
-                if isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("jaxdp"):
-                    # ``from package import module`` imports that module (the package is already being imported)
-                    deps |= {
-                        f"{n.module}.{a.name}" if _is_module(f"{n.module}.{a.name}") else n.module for a in n.names
-                    }
-                elif isinstance(n, ast.Import):
-                    deps |= {a.name for a in n.names if a.name.startswith("jaxdp")}
-        graph[me] = deps
+        me, imports = _imports(path, top_level=True)
+        graph[me] = {target for _, target, _ in imports}
     graph = {m: {d for d in deps if d in graph and d != m} for m, deps in graph.items()}
     state, cycles = {}, []
 
