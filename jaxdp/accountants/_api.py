@@ -503,24 +503,27 @@ def _terms_impl(comp: Composition, epsilon, facts: Facts | None = None):
 
 
 def _terms_body(comp, epsilon):
-    rows = [_split_saddle.split_terms(comp, d, epsilon, _bounds.log_delta_saddlepoint) for d in comp.directions]
+    return _worse_direction(
+        comp, epsilon, lambda d: _split_saddle.split_terms(comp, d, epsilon, _bounds.log_delta_saddlepoint)
+    )
+
+
+def _worse_direction(comp, epsilon, terms_of):
+    """``terms_of(direction)`` of the direction with the larger ``log_delta`` (add_or_remove), NaN (False for a
+    flag) where the composition or ``epsilon`` is out of range."""
+    rows = [terms_of(d) for d in comp.directions]
     best = rows[0]
-    for r in rows[1:]:  # the direction with the larger estimated delta (add_or_remove)
+    for r in rows[1:]:
         best = jax.tree.map(lambda a, b, r=r, best=best: jnp.where(r.log_delta > best.log_delta, b, a), best, r)
     ok = comp.valid() & (epsilon >= 0)
-    return jax.tree.map(lambda x: jnp.where(ok, x, jnp.nan), best)
+    return jax.tree.map(lambda x: jnp.where(ok, x, jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating) else x & ok, best)
 
 
 _terms_jit = jax.jit(_terms_impl, static_argnames=("facts",))
 
 
 def _characteristic_terms_impl(comp: Composition, epsilon):
-    rows = [_characteristic.characteristic_terms(comp, d, epsilon) for d in comp.directions]
-    best = rows[0]
-    for r in rows[1:]:  # the direction with the larger delta (add_or_remove)
-        best = jax.tree.map(lambda a, b, r=r, best=best: jnp.where(r.log_delta > best.log_delta, b, a), best, r)
-    ok = comp.valid() & (epsilon >= 0)
-    return jax.tree.map(lambda x: jnp.where(ok, x, jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating) else x & ok, best)
+    return _worse_direction(comp, epsilon, lambda d: _characteristic.characteristic_terms(comp, d, epsilon))
 
 
 _characteristic_terms_jit = jax.jit(_characteristic_terms_impl)
