@@ -373,7 +373,7 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
     from jaxdp import cli
 
     def run(line):
-        return cli._run(cli.build_parser().parse_args(line.split()))
+        return cli.run(cli.build_parser().parse_args(line.split()))
 
     fixed = "--sampling fixed --dataset-size 10 --batch-size 5"
     # the fixed batch of 5 out of 10 at sigma = 2 is the PSG at (1, 5 / 11): an independent Monte Carlo run

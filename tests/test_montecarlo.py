@@ -313,7 +313,7 @@ def test_generic_entry_points_need_a_key_and_refuse_it_elsewhere():
 def test_cli_montecarlo_json_reports_the_interval():
     from jaxdp import cli
 
-    text, record = cli._run(
+    text, record = cli.run(
         cli.build_parser().parse_args(
             "delta --sigma 2 --steps 10 --q 1 --epsilon 1 --method montecarlo --samples 20000 --seed 3 --json".split()
         )
@@ -517,7 +517,7 @@ def test_cli_verify_and_online(tmp_path):
     from jaxdp import cli
 
     def run(line):
-        return cli._run(cli.build_parser().parse_args(line.split()))
+        return cli.run(cli.build_parser().parse_args(line.split()))
 
     text, rec = run("verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.12 --seed 1 --json")
     assert json.loads(text) == rec

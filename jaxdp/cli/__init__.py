@@ -51,9 +51,6 @@ def run(args):
     return COMMANDS[args.command](args)
 
 
-_run = run  # (the name the tests have used)
-
-
 def main(argv=None) -> int:
     parser = build_parser()
     # the library's compile notice is for a person at a terminal: piped, stderr keeps its one line per error

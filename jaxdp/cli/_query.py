@@ -17,6 +17,21 @@ VACUOUS_NOTE = (
 )
 
 
+def _configuration(args):
+    """The record's description of what was accounted (both the accountants' and Monte Carlo's answers)."""
+    record = {
+        "mechanism": args.mechanism,
+        "sigma": args.sigma,
+        "q": args.q,
+        "steps": args.steps,
+        "adjacency": args.adjacency,
+        **sampling_record(args),
+    }
+    if args.group_size is not None:
+        record["group_size"] = args.group_size
+    return record
+
+
 def _montecarlo(args, mech):
     import jax
 
@@ -47,15 +62,8 @@ def _montecarlo(args, mech):
         "samples": args.samples,
         "seed": args.seed,
         "seconds": seconds,
-        "mechanism": args.mechanism,
-        "sigma": args.sigma,
-        "q": args.q,
-        "steps": args.steps,
-        "adjacency": args.adjacency,
-        **sampling_record(args),
+        **_configuration(args),
     }
-    if args.group_size is not None:
-        record["group_size"] = args.group_size
     if args.json:
         return json.dumps(record), record
     name = "epsilon" if args.command == "epsilon" else "delta"
@@ -121,12 +129,7 @@ def query(args):
         "method": info.name,
         "certified": bool(info.certified),
         "seconds": seconds,
-        "mechanism": args.mechanism,
-        "sigma": args.sigma,
-        "q": args.q,
-        "steps": args.steps,
-        "adjacency": args.adjacency,
-        **sampling_record(args),
+        **_configuration(args),
     }
     if vacuous:
         record["epsilon"] = None if eps == math.inf else eps
@@ -147,8 +150,6 @@ def query(args):
         record["error_indicator"] = indicator
         if indicator > SADDLEPOINT_WARN:
             record["warning"] = _saddlepoint_warning(info.name, indicator)
-    if args.group_size is not None:
-        record["group_size"] = args.group_size
     if args.json:
         return json.dumps(record), record
     kind = "proven upper bound" if info.certified else "estimate (not a proven bound)"
