@@ -39,6 +39,8 @@ split and its cumulants), ``_jumps`` (one and many jumps), ``_few`` (the few-ste
 delta) and ``_solve`` (epsilon).
 """
 
+import dataclasses
+
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.accountants._split_saddle._estimate import SplitTerms, log_delta_estimate, split_terms
 from jaxdp.accountants._split_saddle._shape import NUM_COUNTS, SPLIT, SplitShape, bulk_shape, split_shape
@@ -57,23 +59,20 @@ __all__ = [
     "split_terms",
 ]
 
+_SADDLEPOINT = MethodInfo(
+    "saddlepoint",
+    certified=False,
+    description="saddle-point estimate with the bulk/jump split (estimate; O(1) in the number of steps)",
+    log_delta=log_delta_estimate,
+    epsilon=epsilon_estimate,
+    companion="certified",
+    quick_compile=True,
+)
 METHODS = (
-    MethodInfo(
-        "saddlepoint",
-        certified=False,
-        description="saddle-point estimate with the bulk/jump split (estimate; O(1) in the number of steps)",
-        log_delta=log_delta_estimate,
-        epsilon=epsilon_estimate,
-        companion="certified",
-        quick_compile=True,
-    ),
-    MethodInfo(
-        "saddlepoint-split",
-        certified=False,
+    _SADDLEPOINT,
+    dataclasses.replace(
+        _SADDLEPOINT,
+        name="saddlepoint-split",
         description='"saddlepoint" under its name in jaxdp 0.1.0 (the same estimate)',
-        log_delta=log_delta_estimate,
-        epsilon=epsilon_estimate,
-        companion="certified",
-        quick_compile=True,
     ),
 )
