@@ -7,6 +7,8 @@ differences, vmapped parameter arrays) build them inside ``_helpers.x64()``.
 """
 
 import os
+import subprocess
+import sys
 import tempfile
 
 import jax
@@ -14,6 +16,33 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from jaxdp.numerics import program_cache
+
+
+def _quick_cpu_codegen():
+    """Compiles the suite's programs with XLA:CPU's elemental emitters (``--xla_cpu_use_fusion_emitters=false``,
+    jaxdp's ``program_cache.QUICK_COMPILE``) where the installed XLA has that flag.
+
+    Compilation is most of the suite's cold time, and these emitters compile jaxdp's chains of special functions
+    20-30 % faster (``benchmarks/results/test_suite.md``) into the same arithmetic.  The flag must be in
+    ``XLA_FLAGS`` before the backend starts, and an XLA that does not know a flag aborts the process, so a child
+    process tries it first; the controller decides once, and the xdist workers and the tests' own subprocesses
+    inherit its environment.  ``JAXDP_TEST_XLA_DEFAULT=1`` keeps XLA's defaults (the newest JAX has no such
+    flag: its CI step compiles as users do)."""
+    flag = "--xla_cpu_use_fusion_emitters=false"
+    flags = os.environ.get("XLA_FLAGS", "")
+    if os.environ.get("JAXDP_TEST_XLA_DEFAULT") == "1" or flag in flags:
+        return
+    option = "{'xla_cpu_use_fusion_emitters': False}"
+    probe = f"import jax; jax.jit(lambda x: x + 1).lower(0.0).compile(compiler_options={option})"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    if subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0:
+        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+    else:
+        os.environ["JAXDP_TEST_XLA_DEFAULT"] = "1"  # (decided: the workers need not try again)
+
+
+# (before anything starts JAX's backend: importing jax and jaxdp does not)
+_quick_cpu_codegen()
 
 # A persistent compilation cache shared by the xdist workers and across test modules: the
 # calibration and certified programs are compiled by several modules (and doctests), and each
