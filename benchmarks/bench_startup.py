@@ -54,7 +54,7 @@ else:  # the program a first concrete query compiles (a staged method's light fo
     info = jaxdp.method_info(method)
     facts = of_concrete(mech, s["steps"])
     facts = dataclasses.replace(facts, light=True, first_pass=True) if info.staged else facts
-    kwargs = {"method": method, "facts": facts, **({"or_nan": True} if info.fallback else {})}
+    kwargs = {"method": method, "facts": facts, **({"or_nan": True} if hasattr(info, "fallback") else {})}
     with jax.enable_x64(True):
         args = (to_f64(as_composition(mech, s["steps"])), jnp.float64(s["delta"]))
     f = _api._epsilon_jit

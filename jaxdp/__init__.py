@@ -47,7 +47,9 @@ _EXPORTS = {
             "register_method",
             "renyi_dp",
             "saddlepoint_terms",
+            "screened",
             "second_moment_bound",
+            "with_fallback",
         ),
         "jaxdp.accountants",
     ),
@@ -134,7 +136,9 @@ if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported ea
     from jaxdp.accountants import register_method as register_method
     from jaxdp.accountants import renyi_dp as renyi_dp
     from jaxdp.accountants import saddlepoint_terms as saddlepoint_terms
+    from jaxdp.accountants import screened as screened
     from jaxdp.accountants import second_moment_bound as second_moment_bound
+    from jaxdp.accountants import with_fallback as with_fallback
     from jaxdp.calibration import CalibrationResult as CalibrationResult
     from jaxdp.calibration import TradeoffResult as TradeoffResult
     from jaxdp.calibration import calibrate as calibrate

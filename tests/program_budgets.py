@@ -66,6 +66,7 @@ def lower(method: str, form: str):
 
     import jaxdp
     from jaxdp.accountants import _api
+    from jaxdp.accountants._registry import WithFallback
     from jaxdp.accountants._staging import of_concrete
     from jaxdp.mechanisms import as_composition
     from jaxdp.numerics import to_f64
@@ -86,7 +87,7 @@ def lower(method: str, form: str):
     facts = of_concrete(mech, s["num_steps"])
     if info.staged:  # (two_pass: the certified program a query compiles second where its search needs both passes)
         facts = dataclasses.replace(facts, light=True, first_pass=form == "concrete")
-    extra = {"or_nan": True} if info.fallback is not None else {}
+    extra = {"or_nan": True} if isinstance(info, WithFallback) else {}
     with jax.enable_x64(True):
         comp = to_f64(as_composition(mech, s["num_steps"]))
         return _api._epsilon_jit.lower(comp, jnp.float64(s["delta"]), method=method, facts=facts, **extra)

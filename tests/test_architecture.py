@@ -9,6 +9,7 @@ module or an attribute) is used only inside its own package and its subpackages,
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import pathlib
 
@@ -362,12 +363,90 @@ def test_register_method_rejects_bad_infos():
     bad = jaxdp.MethodInfo("x", certified=False, description="", log_delta=None, epsilon=None)
     with pytest.raises(ValueError, match="log_delta"):
         jaxdp.register_method(bad)
-    orphan = jaxdp.MethodInfo(
-        "y", certified=False, description="", log_delta=_chernoff_log_delta, epsilon=_chernoff_epsilon, screen="nope"
+    orphan = jaxdp.screened(
+        jaxdp.MethodInfo("y", certified=True, description="", log_delta=_chernoff_log_delta, epsilon=_chernoff_epsilon),
+        by="nope",
     )
     with pytest.raises(ValueError, match="unregistered method 'nope'"):
         jaxdp.register_method(orphan)
+    with pytest.raises(TypeError, match="plain MethodInfo"):  # (combinators take a method, not a combined one)
+        jaxdp.with_fallback(orphan, fallback="rdp", log_delta_or_nan=None, epsilon_or_nan=None)
     assert "x" not in jaxdp.available_methods() and "y" not in jaxdp.available_methods()
+
+
+# -- policy across methods: combinators that return a method ------------------------------------------------
+
+
+def test_with_fallback_answers_with_the_fallback_only_where_the_estimate_gives_nan(monkeypatch):
+    """``jaxdp.with_fallback``: the estimate's answer where its ``_or_nan`` form vouches for it, the fallback's
+    elsewhere; on concrete inputs the fallback's program is traced only where needed, under a user's ``jit`` one
+    program holds both, and the method's own ``epsilon`` (the calibrators') is unchanged."""
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    traced = []
+
+    def fallback_epsilon(comp, direction, log_delta):
+        traced.append("fallback")
+        return _chernoff_epsilon(comp, direction, log_delta) + 1.0  # (recognisable: the toy's value plus one)
+
+    def epsilon_or_nan(comp, direction, log_delta):  # cannot vouch below sigma ~1.4
+        return jnp.where(comp.gaussian_mu2() > 0.5, jnp.nan, _chernoff_epsilon(comp, direction, log_delta))
+
+    base = dict(certified=True, description="", log_delta=_chernoff_log_delta, supports=_gaussian_only)
+    jaxdp.register_method(jaxdp.MethodInfo("toy-fallback", epsilon=fallback_epsilon, **base))
+    estimate = jaxdp.with_fallback(
+        jaxdp.MethodInfo("toy-estimate", epsilon=_chernoff_epsilon, **{**base, "certified": False}),
+        fallback="toy-fallback",
+        log_delta_or_nan=_chernoff_log_delta,
+        epsilon_or_nan=epsilon_or_nan,
+    )
+    assert isinstance(estimate, jaxdp.MethodInfo) and estimate.fallback == "toy-fallback"
+    jaxdp.register_method(estimate)
+    with jax.enable_x64(True):
+        own = {
+            s: float(_chernoff_epsilon(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", jnp.log(1e-5)))
+            for s in (2.0, 1.0)
+        }
+    eps = functools.partial(jaxdp.epsilon_for_delta, delta=1e-5, method="toy-estimate")
+    assert float(eps(jaxdp.Gaussian(2.0))) == pytest.approx(own[2.0], rel=1e-12)
+    assert traced == []  # (concrete inputs the estimate vouches for: the fallback is not even traced)
+    assert float(eps(jaxdp.Gaussian(1.0))) == pytest.approx(own[1.0] + 1.0, rel=1e-12)
+    assert traced == ["fallback"]
+    user = jax.jit(lambda s: eps(jaxdp.Gaussian(s)))
+    assert [float(user(s)) for s in (2.0, 1.0)] == pytest.approx([own[2.0], own[1.0] + 1.0], rel=1e-5)
+
+
+def test_screened_computes_the_second_direction_only_where_the_screen_cannot_rule_it_out(monkeypatch):
+    """``jaxdp.screened``: a later adjacency direction is computed only where the screen's bound exceeds the worse
+    value found so far.  The toy's own add direction is a recognisable 100, which the answer holds only where the
+    screen cannot show add below remove."""
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+
+    def constant(remove, add):
+        return lambda comp, direction, arg: jnp.where(direction == "add", add, remove) + 0.0 * arg
+
+    def register_screen(name, add):
+        jaxdp.register_method(
+            jaxdp.MethodInfo(
+                name, certified=True, description="", log_delta=constant(0.0, 0.0), epsilon=constant(2.0, add)
+            )
+        )
+
+    register_screen("toy-screen-low", add=0.5)  # rules add out: 0.5 <= the remove value found first
+    register_screen("toy-screen-high", add=3.0)  # cannot
+    mech = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)  # (add-or-remove: two directions)
+    for screen, want in (("toy-screen-low", 1.0), ("toy-screen-high", 100.0)):
+        name = f"toy-screened-by-{screen}"
+        jaxdp.register_method(
+            jaxdp.screened(
+                jaxdp.MethodInfo(
+                    name, certified=True, description="", log_delta=constant(0.0, 0.0), epsilon=constant(1.0, 100.0)
+                ),
+                by=screen,
+            )
+        )
+        assert float(jaxdp.epsilon_for_delta(mech, delta=1e-5, method=name)) == want
+        user = jax.jit(lambda d, name=name: jaxdp.epsilon_for_delta(mech, delta=d, method=name))
+        assert float(user(1e-5)) == want
 
 
 # -- the direction as data ----------------------------------------------------------------------------------

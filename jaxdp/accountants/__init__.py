@@ -2,7 +2,8 @@
 registry, and the public entry points.
 
 Depends on :mod:`jaxdp.mechanisms` and :mod:`jaxdp.numerics`.  Each method lives in its own module
-and declares its :class:`MethodInfo` (see :mod:`jaxdp.accountants._api`); what the methods share
+and declares its :class:`MethodInfo` (see :mod:`jaxdp.accountants._api`), wrapped by the combinators
+:func:`screened` and :func:`with_fallback` where a policy across methods applies; what the methods share
 (``K, K', K''``, the saddle point, the line characteristic function) is in ``_cgf``, the bounds they share
 (``delta_2`` and its certified bound, pure DP, Rényi DP) in ``_bounds``; a method module imports those, never
 another method module.
@@ -24,6 +25,8 @@ from jaxdp.accountants._api import (
     register_method,
     renyi_dp,
     saddlepoint_terms,
+    screened,
+    with_fallback,
 )
 from jaxdp.accountants._exact import log_delta_gaussian
 from jaxdp.accountants._group import GroupCurve, group_curve
@@ -78,5 +81,7 @@ __all__ = [
     "register_method",
     "renyi_dp",
     "saddlepoint_terms",
+    "screened",
     "second_moment_bound",
+    "with_fallback",
 ]

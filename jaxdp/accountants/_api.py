@@ -22,11 +22,15 @@ from jaxdp.accountants import montecarlo as _montecarlo
 from jaxdp.accountants._characteristic import CharacteristicResult
 from jaxdp.accountants._registry import (
     MethodInfo,
+    Screened,
+    WithFallback,
     available_methods,
     check_supported,
     method_info,
     register_method,
     register_methods,
+    screened,
+    with_fallback,
 )
 from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants._staging import Facts, assume, assumed, of_concrete
@@ -47,6 +51,8 @@ __all__ = [
     "register_method",
     "renyi_dp",
     "saddlepoint_terms",
+    "screened",
+    "with_fallback",
 ]
 
 
@@ -111,21 +117,21 @@ def _prepare(mechanism, num_steps, method):
     return info, to_f64(comp), of_concrete(mechanism, num_steps)
 
 
-def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen=None):
+def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen=False):
     """``max`` over the adjacency directions of ``get(info)(comp, direction, arg)``.
 
-    With a ``screen`` method, a later direction is computed only where its
-    cheap certified bound exceeds the value found so far (by ``given_screen(info)``, when
-    not None, which also receives that bound).  Where the method and every mechanism take the direction
-    as data, the two directions are the two steps of one ``lax.scan`` (one traced copy of the method).
+    A :class:`Screened` method computes a later direction only where its screen's cheap certified bound exceeds
+    the value found so far (where ``given_screen``, by its ``epsilon_given_screen``, which also receives the
+    screen's stage).  Where the method and every mechanism take the direction as data, the two directions are the
+    two steps of one ``lax.scan`` (one traced copy of the method).
     """
-    screen = None if info.screen is None else method_info(info.screen)
-    reuse = given_screen(info) if (given_screen is not None and screen is not None) else None
+    screen = method_info(info.screen) if isinstance(info, Screened) else None
+    reuse = info.epsilon_given_screen if (given_screen and screen is not None) else None
 
     def one(worst, c, d, a):
         if screen is None:
             return _larger(worst, get(info)(c, d, a))
-        if reuse is not None and info.given_screen_stage:
+        if reuse is not None and screen.epsilon_stage is not None:
             stage = screen.epsilon_stage(c, d, a)
             cheap = stage.epsilon
         else:
@@ -190,7 +196,7 @@ def _epsilon_of_composition(comp, delta, method, or_nan):
     ok = _valid_query(comp, delta, "delta")
     log_delta = jnp.log(jnp.where(ok, delta, 0.5))
     get = (lambda i: i.epsilon_or_nan) if or_nan else (lambda i: i.epsilon)
-    eps = _worst_direction(comp, log_delta, info, get, lambda i: i.epsilon_given_screen)
+    eps = _worst_direction(comp, log_delta, info, get, given_screen=True)
     if info.certified and not assumed().light:  # likewise the vacuous epsilon = inf
         eps = nan_to(eps, jnp.inf)
     return jnp.where(ok, eps, jnp.nan)
@@ -204,8 +210,8 @@ def _valid_query(comp, arg, name):
 
 
 def _with_fallback(of_composition, name):
-    """The public entry points' program: the method where it vouches for its value, its
-    ``MethodInfo.fallback`` elsewhere (one ``lax.cond``; under ``vmap`` both run)."""
+    """The public entry points' program: a :class:`WithFallback` method where it vouches for its value, its
+    ``fallback`` elsewhere (one ``lax.cond``; under ``vmap`` both run)."""
 
     def program(comp, arg, method, facts: Facts | None = None):
         info = method_info(method)
@@ -236,9 +242,9 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
     # notebook, or a built-in's name), it must not be answered by the program traced from the earlier one
     static = {"method": info.name if _BUILT_IN.get(info.name) is info else info, "facts": facts}
     if any(isinstance(x, jax.core.Tracer) for x in jax.tree.leaves(args)):
-        return (plain_jit if info.fallback is None else with_fallback_jit)(*args, **static)
+        return (with_fallback_jit if isinstance(info, WithFallback) else plain_jit)(*args, **static)
     keep = _jaxdp_code_only(info, args[0])
-    if info.fallback is None:
+    if not isinstance(info, WithFallback):
         return _staged(info, plain_jit, plain, args, static, keep)
     value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True}, keep=keep, quick=info.quick_compile)
     if not _any_nan(value):
@@ -281,7 +287,7 @@ def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
     comp = to_f64(as_composition(mechanism, num_steps))
     args = (comp, jnp.asarray(delta, jnp.float64))
     facts = of_concrete(mechanism, num_steps)
-    if info.fallback is not None and not method_info(info.fallback).supports(comp):
+    if isinstance(info, WithFallback) and not method_info(info.fallback).supports(comp):
         # (the method's fallback cannot take this mechanism: its own answer, NaN where it cannot vouch for one)
         return float(
             program_cache.call(

@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._cgf import NUM_NODES, composed_log_phi, line_nodes
-from jaxdp.accountants._registry import MethodInfo
+from jaxdp.accountants._registry import MethodInfo, with_fallback
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import log1p, solve_decreasing
 
@@ -253,7 +253,7 @@ def log_delta_characteristic(comp, direction, epsilon, unreliable="fallback"):
 
 def log_delta_characteristic_or_nan(comp, direction, epsilon):
     """``log delta(eps)`` by the contour quadrature, NaN where it cannot vouch for its accuracy (the entry
-    points then answer with ``MethodInfo.fallback``)."""
+    points then answer with the fallback, see ``with_fallback``)."""
     return log_delta_characteristic(comp, direction, epsilon, unreliable="nan")
 
 
@@ -269,7 +269,7 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
 
     Where the quadrature is not reliable (see :func:`log_delta_characteristic`) it falls back to the
     certified saddle-point epsilon, or gives NaN with ``unreliable="nan"`` (the entry points' form:
-    they then answer with ``MethodInfo.fallback``).
+    they then answer with the fallback, see ``with_fallback``).
     """
     sg_comp = jax.lax.stop_gradient(comp)
     if unreliable == "nan":  # (no fallback to trace: the search starts from the delta_2 estimate)
@@ -317,16 +317,18 @@ def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
 
 
 METHODS = (
-    MethodInfo(
-        "characteristic",
-        certified=False,
-        description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
-        log_delta=log_delta_characteristic,
-        epsilon=epsilon_characteristic,
-        companion="certified",
+    with_fallback(
+        MethodInfo(
+            "characteristic",
+            certified=False,
+            description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
+            log_delta=log_delta_characteristic,
+            epsilon=epsilon_characteristic,
+            companion="certified",
+            quick_compile=True,
+        ),
         fallback="certified",
         log_delta_or_nan=log_delta_characteristic_or_nan,
         epsilon_or_nan=functools.partial(epsilon_characteristic, unreliable="nan"),
-        quick_compile=True,
     ),
 )

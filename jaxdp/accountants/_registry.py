@@ -7,12 +7,16 @@ from collections.abc import Callable
 
 __all__ = [
     "MethodInfo",
+    "Screened",
+    "WithFallback",
     "available_methods",
     "check_supported",
     "method_info",
     "register_method",
     "register_methods",
+    "screened",
     "supports_all",
+    "with_fallback",
 ]
 
 
@@ -24,7 +28,9 @@ def supports_all(composition) -> bool:
 # eq=False: compared and hashed by identity (a jit key: a registration is its own program, whatever its fields hold)
 @dataclasses.dataclass(frozen=True, eq=False)
 class MethodInfo:
-    """What an accountant is, what it supports, and whether its numbers are proven upper bounds.
+    """An accountant: two traceable functions, what it supports, and whether its numbers are proven upper bounds.
+
+    Policy across methods is not a field: :func:`screened` and :func:`with_fallback` return methods that carry it.
 
     Attributes:
       name: the ``method=`` string.
@@ -38,28 +44,16 @@ class MethodInfo:
         False makes the entry points raise one ``ValueError`` naming the method and the mechanism.
       companion: for an estimate, the name of the method giving its certified
         upper bound (reported beside it by the command line).
-      screen: for a certified method, the name of a cheaper certified method.
-        With two adjacency directions, the second is computed only where the
-        cheap bound does not already show it below the first (the worse
-        direction decides the result, so skipping it is exact).
       calibration_nudge: for a certified method, the relative first move of a calibrated
         parameter before its certified check (about the method's slack over the estimate).
+      epsilon_stage: optional ``(composition, direction, log_delta) -> stage``, a pytree whose ``epsilon`` field is
+        the method's epsilon and whose other fields a method it screens may reuse (see :func:`screened`).
       direction_as_data: ``log_delta`` and ``epsilon`` also accept ``direction`` as a boolean scalar
         (True: add; possibly traced), so that both directions of an add-or-remove composition run
         through one traced copy (a ``lax.scan`` over the two): half the program to compile.
-      fallback: for an estimate, the method the public entry points answer with where this one
-        cannot vouch for its value: ``log_delta_or_nan`` / ``epsilon_or_nan`` (the same functions,
-        NaN there) tell where.  Internal callers (the calibrators) use ``log_delta`` / ``epsilon``.
       staged: ``log_delta`` and ``epsilon`` honour ``Facts.light`` (``jaxdp/accountants/_staging.py``): traced
         under it for concrete inputs, they may answer NaN instead of tracing a branch few inputs take (a second
         pass, a last-resort bound), and the entry points then run the full program (compiled only then).
-      epsilon_given_screen: optional ``(composition, direction, log_delta, screened) -> epsilon``,
-        ``epsilon`` given the screen's epsilon of the same direction (already computed for the second direction; a
-        method that uses it need not trace it again), or its whole stage with ``given_screen_stage``.
-      epsilon_stage: for a screen, optional ``(composition, direction, log_delta) -> stage``, a pytree whose
-        ``epsilon`` field is the method's epsilon and whose other fields a screened method may reuse.
-      given_screen_stage: ``epsilon_given_screen`` receives the screen's ``epsilon_stage`` (the screen must have
-        one), not its epsilon.
       quick_compile: the entry points compile this method's programs for concrete inputs with
         ``numerics.program_cache.QUICK_COMPILE`` (XLA options that shorten the compile of chains of special
         functions and slow down some loops), where the installed XLA has them.
@@ -72,17 +66,69 @@ class MethodInfo:
     epsilon: Callable = dataclasses.field(repr=False)
     supports: Callable = dataclasses.field(default=supports_all, repr=False)
     companion: str | None = None
-    screen: str | None = None
     calibration_nudge: float = 3e-6
-    epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
     epsilon_stage: Callable | None = dataclasses.field(default=None, repr=False)
-    given_screen_stage: bool = False
     direction_as_data: bool = False
-    fallback: str | None = None
-    log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
-    epsilon_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
     staged: bool = False
     quick_compile: bool = False
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class Screened(MethodInfo):
+    """A certified method whose second adjacency direction is computed only where a cheaper certified method,
+    ``screen``, does not already show it below the first (the worse direction decides the result, so skipping it
+    is exact).  Made by :func:`screened`; ``epsilon_given_screen`` (optional) is the method's epsilon given the
+    screen's ``epsilon_stage`` of the same direction (or its epsilon, where the screen has no stage)."""
+
+    screen: str = ""
+    epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class WithFallback(MethodInfo):
+    """An estimate the entry points replace by the method ``fallback`` wherever it cannot vouch for its value.
+    Made by :func:`with_fallback`; ``log_delta_or_nan`` / ``epsilon_or_nan`` are the estimate's functions with NaN
+    there.  Its own ``log_delta`` / ``epsilon`` (the internal callers', the calibrators') keep their in-program
+    answer there."""
+
+    fallback: str = ""
+    log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
+    epsilon_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
+
+
+def _fields_of(method: MethodInfo) -> dict:
+    if not isinstance(method, MethodInfo) or type(method) is not MethodInfo:
+        raise TypeError(f"a combinator takes a plain MethodInfo, got {type(method).__name__}.")
+    return {f.name: getattr(method, f.name) for f in dataclasses.fields(MethodInfo)}
+
+
+def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | None = None) -> Screened:
+    """``method`` screened by the cheaper certified method named ``by`` (see :class:`Screened`).
+
+    The screen is traced into the method's own program, in each form of it (concrete inputs and a user's ``jit``).
+
+    Example:
+      >>> import jax.numpy as jnp, jaxdp
+      >>> base = jaxdp.MethodInfo(
+      ...     "trivial-screened", certified=True, description="delta = 1 (a valid and useless bound)",
+      ...     log_delta=lambda comp, direction, eps: jnp.zeros_like(eps),
+      ...     epsilon=lambda comp, direction, log_delta: jnp.full_like(log_delta, jnp.inf))
+      >>> jaxdp.screened(base, by="saddlepoint-certified").screen
+      'saddlepoint-certified'
+    """
+    return Screened(**_fields_of(method), screen=by, epsilon_given_screen=epsilon_given_screen)
+
+
+def with_fallback(method: MethodInfo, *, fallback: str, log_delta_or_nan: Callable, epsilon_or_nan: Callable):
+    """The estimate ``method``, answered by the method named ``fallback`` wherever ``log_delta_or_nan`` /
+    ``epsilon_or_nan`` give NaN (see :class:`WithFallback`).
+
+    Under a user's ``jit``/``vmap``/``grad`` the entry points trace both in one program (a ``lax.cond``); called on
+    concrete values they run the estimate's program, and compile the fallback's only where it answered NaN.
+    """
+    return WithFallback(
+        **_fields_of(method), fallback=fallback, log_delta_or_nan=log_delta_or_nan, epsilon_or_nan=epsilon_or_nan
+    )
 
 
 _METHODS: dict[str, MethodInfo] = {}
@@ -121,7 +167,7 @@ def register_methods(infos) -> None:
             if not callable(getattr(info, field)):
                 raise ValueError(f"MethodInfo.{field} of {info.name!r} must be callable.")
         for field in ("companion", "screen", "fallback"):
-            other = getattr(info, field)
+            other = getattr(info, field, None)
             if other is not None and other not in names and other not in _METHODS:
                 raise ValueError(f"MethodInfo.{field} of {info.name!r} names an unregistered method {other!r}.")
     for info in infos:

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.accountants import _bounds, _cgf
-from jaxdp.accountants._registry import MethodInfo
+from jaxdp.accountants._registry import MethodInfo, screened
 from jaxdp.accountants._staging import assumed
 from jaxdp.accountants.certified._constants import (
     _EPS_NUDGES,
@@ -193,9 +193,7 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     eps0 = jnp.where(has_estimate, stage.estimate, jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0))
     eps0 = jax.lax.stop_gradient(eps0)
     # (where the estimate failed: the screen's tilt, else the Gaussian pair's; the window's bound holds at any tilt)
-    fallback = jnp.where(
-        jnp.isfinite(stage.log_t_screen), stage.log_t_screen, _cgf.guess_log_t_for_epsilon(comp, eps0)
-    )
+    fallback = jnp.where(jnp.isfinite(stage.log_t_screen), stage.log_t_screen, _cgf.guess_log_t_for_epsilon(comp, eps0))
     t0 = jnp.exp(jnp.where(has_estimate, stage.log_t, jax.lax.stop_gradient(fallback)))
 
     def solve_or_inf(t, eps_ref):
@@ -256,32 +254,34 @@ def _supported(comp: Composition) -> bool:
 
 
 METHODS = (
-    MethodInfo(
-        "certified",
-        certified=True,
-        description="pessimistic lattice PLD composed by FFT in the tilted domain (proven upper bound, tight)",
-        log_delta=log_delta_certified,
-        epsilon=epsilon_certified,
-        supports=_supported,
-        screen="saddlepoint-certified",
-        calibration_nudge=3e-6,
-        staged=True,
-        given_screen_stage=True,
+    screened(
+        MethodInfo(
+            "certified",
+            certified=True,
+            description="pessimistic lattice PLD composed by FFT in the tilted domain (proven upper bound, tight)",
+            log_delta=log_delta_certified,
+            epsilon=epsilon_certified,
+            supports=_supported,
+            calibration_nudge=3e-6,
+            staged=True,
+            quick_compile=True,
+        ),
+        by="saddlepoint-certified",
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
-        quick_compile=True,
     ),
-    MethodInfo(
-        "certified-fast",
-        certified=True,
-        description="certified on an 8x coarser lattice (proven upper bound, ~1e-4 looser at most, ~6x faster)",
-        log_delta=functools.partial(log_delta_certified, grid=FAST_GRID),
-        epsilon=functools.partial(epsilon_certified, grid=FAST_GRID),
-        supports=_supported,
-        screen="saddlepoint-certified",
-        calibration_nudge=3e-5,
-        staged=True,
-        given_screen_stage=True,
+    screened(
+        MethodInfo(
+            "certified-fast",
+            certified=True,
+            description="certified on an 8x coarser lattice (proven upper bound, ~1e-4 looser at most, ~6x faster)",
+            log_delta=functools.partial(log_delta_certified, grid=FAST_GRID),
+            epsilon=functools.partial(epsilon_certified, grid=FAST_GRID),
+            supports=_supported,
+            calibration_nudge=3e-5,
+            staged=True,
+            quick_compile=True,
+        ),
+        by="saddlepoint-certified",
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
-        quick_compile=True,
     ),
 )
