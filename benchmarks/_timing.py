@@ -9,15 +9,23 @@ import time
 import jax
 
 
-def median_time(fn, repeats=20):
-    """Median wall time of ``fn()`` (results blocked on) after one warm-up call."""
-    jax.block_until_ready(fn())
-    times = []
+def measure(fn, repeats=20, *, warmup=True):
+    """``(value, seconds)``: ``fn()``'s last value and the median wall time of ``repeats`` calls (results blocked on),
+    after one untimed warm-up call (the compile, for jaxdp) unless ``warmup=False`` (a peer that caches nothing).
+    Every benchmark times through this function."""
+    if warmup:
+        jax.block_until_ready(fn())
+    times, value = [], None
     for _ in range(repeats):
         t0 = time.perf_counter()
-        jax.block_until_ready(fn())
+        value = jax.block_until_ready(fn())
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return value, statistics.median(times)
+
+
+def median_time(fn, repeats=20):
+    """Median wall time of ``fn()`` (results blocked on) after one warm-up call (:func:`measure`)."""
+    return measure(fn, repeats)[1]
 
 
 def timed(fn):

@@ -1,13 +1,11 @@
 """Benchmark jaxdp against the peers on the reference DP-SGD settings.
 
 Runs every accountant in one process on the same cases (the epsilon rows of
-``tests/reference_values.py``) and writes a markdown table of epsilon, the
-relative error against the reference oracle, and the time per query (median of
-``--repeats`` runs, after JIT compilation for jaxdp), plus speed ratios.
+``tests/reference_values.py``) and writes markdown tables of epsilon's relative error against the reference
+oracle and of the time per query (median of ``--repeats`` runs, after JIT compilation for jaxdp), plus speed
+ratios, under a provenance line.  Every registered built-in method runs, the default (``certified``) first.
 
-    python benchmarks/bench_accountants.py [--repeats 5] [--no-prv] [--out benchmarks/results/foundation.md]
-
-Later issues add their methods to ``JAXDP_METHODS``.
+    python -m benchmarks accountants [--repeats 5] [--no-prv] [--out benchmarks/results/foundation.md]
 """
 
 from __future__ import annotations
@@ -17,7 +15,6 @@ import functools
 import os
 import statistics
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
@@ -25,19 +22,26 @@ sys.path.insert(0, HERE)
 
 import _peers  # noqa: E402
 import reference_values  # noqa: E402
+from _timing import measure, provenance  # noqa: E402
 
 import jaxdp  # noqa: E402
 
-JAXDP_METHODS = ["rdp", "saddlepoint", "saddlepoint-certified"]
+#: the default first, then the other certified bounds, the estimates and the baseline (``exact`` takes Gaussians only)
+JAXDP_METHODS = [
+    "certified",
+    "certified-fast",
+    "saddlepoint-certified",
+    "characteristic",
+    "saddlepoint",
+    "saddlepoint-delta2",
+    "characteristic-real",
+    "rdp",
+]
 
 
-def _time(fn, repeats):
-    times, value = [], None
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        value = fn()
-        times.append(time.perf_counter() - t0)
-    return float(value), statistics.median(times)
+def _time(fn, repeats, warmup=True):
+    value, seconds = measure(fn, repeats, warmup=warmup)
+    return float(value), seconds
 
 
 def jaxdp_epsilon(method, sigma, q, steps, delta):
@@ -51,17 +55,17 @@ def run(repeats, with_prv, methods):
     for r in rows:
         args = (r["sigma"], r["q"], r["steps"], r["delta"])
         entry = {"case": r["case"], "steps": r["steps"], "delta": r["delta"], "ref": r["epsilon"], "acc": {}}
-        for method in methods:
-            jaxdp_epsilon(method, *args)  # compile
+        for method in methods:  # (the warm-up call compiles)
             entry["acc"][f"jaxdp-{method}"] = _time(functools.partial(jaxdp_epsilon, method, *args), repeats)
         peer_repeats = max(1, repeats // 3)
         pld = functools.partial(_peers.dp_accounting_pld_epsilon, *args)
-        entry["acc"]["dp_accounting PLD"] = _time(pld, peer_repeats)
+        entry["acc"]["dp_accounting PLD"] = _time(pld, peer_repeats, warmup=False)
         rdp = functools.partial(_peers.dp_accounting_rdp_epsilon, *args)
-        entry["acc"]["dp_accounting RDP"] = _time(rdp, peer_repeats)
+        entry["acc"]["dp_accounting RDP"] = _time(rdp, peer_repeats, warmup=False)
         if with_prv:
             try:
-                entry["acc"]["prv_accountant"] = _time(functools.partial(_peers.prv_accountant_epsilon, *args), 1)
+                prv = functools.partial(_peers.prv_accountant_epsilon, *args)
+                entry["acc"]["prv_accountant"] = _time(prv, 1, warmup=False)
             except Exception as err:  # prv_accountant raises at tiny delta
                 entry["acc"]["prv_accountant"] = (float("nan"), float("nan"))
                 entry["prv_error"] = type(err).__name__
@@ -95,34 +99,54 @@ def delta_rows_markdown(methods):
     return "\n".join(lines) + "\n"
 
 
+def _short(name):
+    return name.removeprefix("jaxdp-")
+
+
 def to_markdown(results, repeats):
     names = list(results[0]["acc"])
     lines = [
         "# Accountant benchmark: epsilon for Poisson-subsampled Gaussian DP-SGD settings",
         "",
-        f"Median of {repeats} runs after compilation (peers: median of max(1, {repeats}//3) runs; "
-        "prv_accountant: 1 run). Relative error against the reference oracle (`tests/reference_values.py`). "
-        "Machine: this project's 2-core CPU.",
+        provenance(),
         "",
-        "| case | steps | delta | reference eps | " + " | ".join(f"{n} eps (rel. err) | {n} s" for n in names) + " |",
-        "|---|---|---|---|" + "---|---|" * len(names),
+        f"jaxdp's methods are the columns before the peers', the default (`certified`) first; `jaxdp methods` says "
+        "which are proven upper bounds (certified, certified-fast, saddlepoint-certified, rdp). "
+        f"Time: median of {repeats} queries after "
+        f"compilation (peers: median of max(1, {repeats}//3) runs, prv_accountant one run). Relative error against "
+        "the reference oracle (`tests/reference_values.py`); a certified bound is never below it.",
+        "",
+        "## epsilon (relative error against the oracle)",
+        "",
+        "| case | steps | delta | reference eps | " + " | ".join(_short(n) for n in names) + " |",
+        "|---|---|---|---|" + "---|" * len(names),
     ]
     for e in results:
         cells = []
         for n in names:
-            v, t = e["acc"][n]
-            if v != v:  # NaN
-                cells += [f"failed ({e.get('prv_error', 'nan')})", "-"]
-            else:
-                cells += [f"{v:.6g} ({(v - e['ref']) / e['ref']:+.1e})", f"{t:.4f}"]
+            v, _ = e["acc"][n]
+            err = f"failed ({e.get('prv_error', 'nan')})"
+            cells.append(err if v != v else f"{v:.6g} ({(v - e['ref']) / e['ref']:+.1e})")
         lines.append(f"| {e['case']} | {e['steps']} | {e['delta']:g} | {e['ref']:.6g} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "## Seconds per query",
+        "",
+        "| case | steps | delta | " + " | ".join(_short(n) for n in names) + " |",
+        "|---|---|---|" + "---|" * len(names),
+    ]
+    for e in results:
+        cells = ["-" if e["acc"][n][1] != e["acc"][n][1] else f"{e['acc'][n][1]:.4f}" for n in names]
+        lines.append(f"| {e['case']} | {e['steps']} | {e['delta']:g} | " + " | ".join(cells) + " |")
     lines += ["", "## Speed ratios (peer seconds / jaxdp seconds, median over cases)", ""]
     for m in [n for n in names if n.startswith("jaxdp-")]:
         for peer in [n for n in names if not n.startswith("jaxdp-")]:
             ratios = [e["acc"][peer][1] / e["acc"][m][1] for e in results if e["acc"][peer][1] == e["acc"][peer][1]]
             if ratios:
-                lines.append(f"- {peer} / {m}: median {statistics.median(ratios):.1f}x "
-                             f"(min {min(ratios):.1f}x, max {max(ratios):.1f}x)")
+                lines.append(
+                    f"- {peer} / {m}: median {statistics.median(ratios):.1f}x "
+                    f"(min {min(ratios):.1f}x, max {max(ratios):.1f}x)"
+                )
     return "\n".join(lines) + "\n"
 
 
