@@ -361,3 +361,21 @@ def test_public_terms_lie_in_the_numpy_bracket_and_report_small_errors():
     assert float(r.log_truncation_estimate) < got - math.log(1e6)
     with pytest.raises(ValueError, match="epsilon"):
         jaxdp.characteristic_terms(jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=-1.0, num_steps=steps)
+
+
+def test_public_terms_inside_a_users_jit_and_grad_with_x64_off():
+    """``jaxdp.characteristic_terms`` as users call it: inside their ``jax.jit`` with x64 off (one program for the
+    value and its gradient in sigma), the eager float64 value, and the gradient of a float64 central difference."""
+    q, steps, eps = 0.01, 1000, 2.0
+
+    def log_delta(sigma):
+        return jaxdp.characteristic_terms(
+            jaxdp.PoissonSubsampledGaussian(sigma, q), epsilon=eps, num_steps=steps
+        ).log_delta
+
+    assert not jax.config.jax_enable_x64
+    value, grad = jax.jit(jax.value_and_grad(log_delta))(1.0)
+    h = 1e-4
+    eager = [float(log_delta(s)) for s in (1.0, 1.0 - h, 1.0 + h)]
+    assert float(value) == pytest.approx(eager[0], rel=1e-6)
+    assert float(grad) == pytest.approx((eager[2] - eager[1]) / (2 * h), rel=1e-5)
