@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.mechanisms._log_ratio import component_posterior, mixture_log_ratio
-from jaxdp.numerics import LOG_2PI, argmax, logsumexp
+from jaxdp.numerics import LOG_2PI, argmax, bisect, logsumexp
 
 __all__ = [
     "HALF_WIDTH",
@@ -78,13 +78,7 @@ def _mode(lr, log_p, b):
 
     z_mm = jax.lax.fori_loop(0, _MM_STEPS, mm, z0)
 
-    def bis(_, state):
-        a, c = state
-        m = 0.5 * (a + c)
-        up = lr * _weights_mean(m, log_p, b) - m > 0
-        return jnp.where(up, m, a), jnp.where(up, c, m)
-
-    a, c = jax.lax.fori_loop(0, _BISECTION_STEPS, bis, (z0 - spacing, z0 + spacing))
+    a, c = bisect(lambda m: lr * _weights_mean(m, log_p, b) - m > 0, z0 - spacing, z0 + spacing, _BISECTION_STEPS)
     return jnp.where(lr >= 0, z_mm, 0.5 * (a + c))
 
 

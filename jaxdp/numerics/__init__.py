@@ -24,6 +24,7 @@ from jaxdp.numerics._logspace import (
 from jaxdp.numerics._nufft import SPREAD, nufft1
 from jaxdp.numerics._pytree import pytree_dataclass, zeros_of
 from jaxdp.numerics._solvers import (
+    bisect,
     bracketed_newton,
     bracketed_secant,
     implicit_root,
@@ -48,6 +49,7 @@ __all__ = [
     "UP",
     "argmax",
     "argmin",
+    "bisect",
     "bracketed_newton",
     "bracketed_secant",
     "float64_entry",

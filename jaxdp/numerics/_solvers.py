@@ -21,6 +21,7 @@ from jaxdp.numerics._logspace import argmin, nan_to
 from jaxdp.numerics._pytree import zeros_of
 
 __all__ = [
+    "bisect",
     "bracketed_newton",
     "bracketed_secant",
     "implicit_root",
@@ -32,6 +33,24 @@ __all__ = [
     "value_found_elsewhere",
     "with_slope",
 ]
+
+
+def bisect(root_above, a, b, iterations: int):
+    """The bracket ``(a, b)`` after ``iterations`` bisections: at each midpoint ``m``, ``a = m`` where
+    ``root_above(m)`` (a boolean array: the root lies above ``m``), else ``b = m``.
+
+    For a fixed number of halvings where a root must be bracketed robustly and cheaply (a starting point, a
+    sampler's tilt); the predicate decides what a NaN at ``m`` means.  Not differentiated: callers stop the
+    gradient or use an implicit rule.
+    """
+
+    def body(_, ab):
+        a, b = ab
+        m = 0.5 * (a + b)
+        up = root_above(m)
+        return jnp.where(up, m, a), jnp.where(up, b, m)
+
+    return jax.lax.fori_loop(0, iterations, body, (a, b))
 
 
 def bracketed_newton(
@@ -451,9 +470,8 @@ FORWARD_PARTIALS_MAX = 8
 
 
 def _few_real(vals):
-    return (
-        sum(jnp.size(v) for v in vals) <= FORWARD_PARTIALS_MAX
-        and all(jnp.issubdtype(jnp.result_type(v), jnp.floating) for v in vals)
+    return sum(jnp.size(v) for v in vals) <= FORWARD_PARTIALS_MAX and all(
+        jnp.issubdtype(jnp.result_type(v), jnp.floating) for v in vals
     )
 
 

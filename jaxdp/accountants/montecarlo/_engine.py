@@ -35,6 +35,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from jaxdp.accountants.montecarlo import _exact_tilt
 from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.numerics import bisect
 
 CHUNK = 4096
 BLOCK = 256
@@ -62,13 +63,7 @@ def saddle_t(parts, direction, eps):
         k1 = sum(p.count * _k1(p.mech, direction, t) for p in parts)
         return k1 - eps - 1.0 / t - 1.0 / (1.0 + t)
 
-    def body(_, ab):
-        a, b = ab
-        m = 0.5 * (a + b)
-        up = ~(g(m) > 0)
-        return jnp.where(up, m, a), jnp.where(up, b, m)
-
-    a, b = jax.lax.fori_loop(0, 60, body, (jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4))))
+    a, b = bisect(lambda m: ~(g(m) > 0), jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4)), 60)
     return jax.lax.stop_gradient(jnp.exp(0.5 * (a + b)))
 
 

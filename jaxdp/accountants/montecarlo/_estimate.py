@@ -13,7 +13,7 @@ from jax.flatten_util import ravel_pytree
 from jaxdp.accountants.montecarlo import _engine, _exact_tilt
 from jaxdp.accountants.montecarlo import _families as fam_mod
 from jaxdp.mechanisms import as_composition
-from jaxdp.numerics import argmax, float64_entry, float64_scope, pytree_dataclass, to_f64
+from jaxdp.numerics import argmax, bisect, float64_entry, float64_scope, pytree_dataclass, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["MonteCarloEstimate", "MonteCarloGradient", "montecarlo_delta", "montecarlo_epsilon", "montecarlo_grad"]
@@ -125,14 +125,10 @@ def approx_log_delta(parts, direction, eps):
 def approx_epsilon(parts, direction, log_delta):
     """Saddle-point epsilon for ``log_delta`` (bisection on the tilt; ``>= 0``)."""
 
-    def body(_, ab):
-        a, b = ab
-        m = 0.5 * (a + b)
-        _, ld = _approx_at_t(parts, direction, jnp.exp(m))
-        up = ~(ld < log_delta)  # log delta decreases with t
-        return jnp.where(up, m, a), jnp.where(up, b, m)
+    def root_above(m):  # log delta decreases with t
+        return ~(_approx_at_t(parts, direction, jnp.exp(m))[1] < log_delta)
 
-    a, b = jax.lax.fori_loop(0, 60, body, (jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4))))
+    a, b = bisect(root_above, jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4)), 60)
     eps, _ = _approx_at_t(parts, direction, jnp.exp(0.5 * (a + b)))
     return jax.lax.stop_gradient(jnp.maximum(jnp.nan_to_num(eps, nan=0.0), 0.0))
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.mechanisms import Gaussian, Laplace, MixtureMechanism
-from jaxdp.numerics import logsumexp
+from jaxdp.numerics import bisect, logsumexp
 
 # Gauss-Hermite rule for E[f(m + s Z)] (the tilted mean of the loss; the loss is smooth)
 _GH_X, _GH_W = np.polynomial.hermite.hermgauss(80)
@@ -145,13 +145,7 @@ def solve_theta(fam, target):
     def g(u):
         return tilted_mean_loss(fam, sign * u) - target
 
-    def body(_, ab):
-        a, b = ab
-        m = 0.5 * (a + b)
-        up = g(m) < 0
-        return jnp.where(up, m, a), jnp.where(up, b, m)
-
-    a, b = jax.lax.fori_loop(0, 80, body, (a, b))
+    a, b = bisect(lambda m: g(m) < 0, a, b, 80)
     u = jnp.where(g(jnp.zeros_like(target)) >= 0, 0.0, 0.5 * (a + b))
     return jax.lax.stop_gradient(sign * u)
 
