@@ -51,16 +51,12 @@ def total_steps(parts) -> int:
     return int(sum(p.count for p in parts))
 
 
-def _k1(mech, direction, t):
-    return jax.jvp(lambda s: mech.cgf(s, direction), (t,), (jnp.ones_like(t),))[1]
-
-
 def saddle_t(parts, direction, eps):
     """``t* >= 0`` with ``sum n_i K_i'(t*) = eps + 1/t* + 1/(1 + t*)`` (bisection in ``log t``)."""
 
     def g(u):
         t = jnp.exp(u)
-        k1 = sum(p.count * _k1(p.mech, direction, t) for p in parts)
+        k1 = sum(p.count * p.mech.cgf_derivatives(t, direction)[1] for p in parts)
         return k1 - eps - 1.0 / t - 1.0 / (1.0 + t)
 
     a, b = bisect(lambda m: ~(g(m) > 0), jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4)), 60)

@@ -99,14 +99,9 @@ def raw_key(key):
 
 # -- saddle-point starting values (the tilt and the epsilon grid are centred on them) --------------
 def _k012(parts, direction, t):
-    def k(s):
-        return sum(p.count * p.mech.cgf(s, direction) for p in parts)
-
-    def k01(s):
-        return jax.jvp(k, (s,), (jnp.ones_like(s),))
-
-    (k0, k1), (_, k2) = jax.jvp(k01, (t,), (jnp.ones_like(t),))
-    return k0, k1, k2
+    """``K, K', K''`` of the composition, each part's by its mechanism's ``cgf_derivatives`` (one traced rule)."""
+    per_part = [p.mech.cgf_derivatives(t, direction) for p in parts]
+    return tuple(sum(p.count * d[i] for p, d in zip(parts, per_part)) for i in range(3))
 
 
 def _approx_at_t(parts, direction, t):
