@@ -183,6 +183,17 @@ def test_epsilon_query_matches_reference_row_and_interval_covers():
     assert float(eps) == float(est.value)
 
 
+def test_an_epsilon_the_samples_do_not_resolve_is_nan_with_a_warning():
+    """The one-step tilt of a 30-step Gaussian composition does not see delta = 1e-5 (one tilted step cannot carry
+    the whole composition to its tail): the estimate never crosses delta, and the answer says so instead of being a
+    silent NaN; the interval's lower end is still below the truth (14.830, closed form)."""
+    with pytest.warns(RuntimeWarning, match="'tilted-one' estimate of delta does not cross"):
+        est = jaxdp.montecarlo_epsilon(
+            jaxdp.Gaussian(2.0), delta=1e-5, num_steps=30, key=KEY, num_samples=N, estimator="tilted-one"
+        )
+    assert math.isnan(float(est.value)) and float(est.ci_low) <= 14.83
+
+
 def test_same_key_same_estimate_new_key_new_estimate():
     # the program of test_inside_user_jit_and_vmap_with_x64_off's eager call (step and sample counts are static)
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)

@@ -429,6 +429,10 @@ def montecarlo_epsilon(
     epsilon is the root of the interpolated estimate.  The interval is where the ends of delta's
     confidence band cross ``delta``.  Arguments as :func:`montecarlo_delta`.
 
+    Where the estimate does not cross ``delta`` on that grid (samples that do not see the loss ``delta`` needs,
+    as the one-step tilt of a many-step composition's tail), ``value``, ``stderr`` and an end of the interval
+    are NaN; called on concrete values it also warns (``RuntimeWarning``), naming the estimator.
+
     Example:
       >>> import jax, jaxdp
       >>> est = jaxdp.montecarlo_epsilon(jaxdp.Gaussian(1.0), delta=0.126936, key=jax.random.key(0),
@@ -439,13 +443,21 @@ def montecarlo_epsilon(
     key_data = _check_common(key, num_samples, estimator, confidence)
     _validate.open_unit("delta", delta)
     comp, parts = parts_of(mechanism, num_steps)
-    return _epsilon_entry(
+    est = _epsilon_entry(
         tuple(p.mech for p in parts),
         key_data,
         delta,
         _statics(parts, comp, estimator, num_samples, confidence),
         confidence,
     )
+    if not isinstance(est.value, jax.core.Tracer) and np.isnan(np.asarray(est.value)).any():
+        _validate.warn_at_caller(
+            f"montecarlo_epsilon: the {estimator!r} estimate of delta does not cross delta = {delta} on its grid of "
+            f"epsilons ({num_samples} samples do not see the losses it needs): value and stderr are NaN. The "
+            "interval's finite end still holds. Every step tilted (estimator='tilted') or more samples resolve it.",
+            RuntimeWarning,
+        )
+    return est
 
 
 @functools.partial(float64_entry)
