@@ -12,7 +12,7 @@ import jax
 def measure(fn, repeats=20, *, warmup=True):
     """``(value, seconds)``: ``fn()``'s last value and the median wall time of ``repeats`` calls (results blocked on),
     after one untimed warm-up call (the compile, for jaxdp) unless ``warmup=False`` (a peer that caches nothing).
-    Every benchmark times through this function."""
+    The benchmarks' timing function (a few scripts still keep timers of their own: see the README)."""
     if warmup:
         jax.block_until_ready(fn())
     times, value = [], None

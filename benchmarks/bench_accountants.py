@@ -3,7 +3,8 @@
 Runs every accountant in one process on the same cases (the epsilon rows of
 ``tests/reference_values.py``) and writes markdown tables of epsilon's relative error against the reference
 oracle and of the time per query (median of ``--repeats`` runs, after JIT compilation for jaxdp), plus speed
-ratios, under the runner's provenance line.  Every registered built-in method runs, the default (``certified``) first.
+ratios, under the runner's provenance line.  Every built-in method runs (but ``exact``, for Gaussians only, and
+the ``saddlepoint-split`` alias), the default (``certified``) first.
 
     python -m benchmarks accountants [--repeats 5] [--no-prv] [--out benchmarks/results/foundation.md]
 """

@@ -37,7 +37,7 @@ import json, sys, time
 t0 = time.perf_counter()
 import jax, jax.numpy as jnp
 import jaxdp
-from jaxdp.accountants import _api
+from jaxdp.accountants import WithFallback, _api
 from jaxdp.accountants._staging import of_concrete
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import to_f64
@@ -54,7 +54,7 @@ else:  # the program a first concrete query compiles (a staged method's light fo
     info = jaxdp.method_info(method)
     facts = of_concrete(mech, s["steps"])
     facts = dataclasses.replace(facts, light=True, first_pass=True) if info.staged else facts
-    kwargs = {"method": method, "facts": facts, **({"or_nan": True} if hasattr(info, "fallback") else {})}
+    kwargs = {"method": method, "facts": facts, **({"or_nan": True} if isinstance(info, WithFallback) else {})}
     with jax.enable_x64(True):
         args = (to_f64(as_composition(mech, s["steps"])), jnp.float64(s["delta"]))
     f = _api._epsilon_jit

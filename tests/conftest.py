@@ -17,6 +17,9 @@ from hypothesis import HealthCheck, settings
 
 from jaxdp.numerics import program_cache
 
+#: XLA:CPU's elemental emitters (``tests/test_user_mode.py`` takes it out of its user side's ``XLA_FLAGS``)
+QUICK_CPU_FLAG = "--xla_cpu_use_fusion_emitters=false"
+
 
 def _quick_cpu_codegen():
     """Compiles the suite's programs with XLA:CPU's elemental emitters (``--xla_cpu_use_fusion_emitters=false``,
@@ -26,17 +29,28 @@ def _quick_cpu_codegen():
     20-30 % faster (``benchmarks/results/test_suite.md``) into the same arithmetic.  The flag must be in
     ``XLA_FLAGS`` before the backend starts, and an XLA that does not know a flag aborts the process, so a child
     process tries it first; the controller decides once, and the xdist workers and the tests' own subprocesses
-    inherit its environment.  ``JAXDP_TEST_XLA_DEFAULT=1`` keeps XLA's defaults (the newest JAX has no such
-    flag: its CI step compiles as users do)."""
-    flag = "--xla_cpu_use_fusion_emitters=false"
+    inherit its environment, except the user-mode matrix's user side (``tests/test_user_mode.py``), which compiles
+    with XLA's defaults as users do, against a reference compiled here.  ``JAXDP_TEST_XLA_DEFAULT=1`` keeps XLA's
+    defaults everywhere (the newest JAX has no such flag: its CI step compiles as users do), and a choice of the
+    flag already in ``XLA_FLAGS`` is kept."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if os.environ.get("JAXDP_TEST_XLA_DEFAULT") == "1" or flag in flags:
+    if os.environ.get("JAXDP_TEST_XLA_DEFAULT") == "1" or QUICK_CPU_FLAG.split("=")[0] in flags:
         return
-    option = "{'xla_cpu_use_fusion_emitters': False}"
-    probe = f"import jax; jax.jit(lambda x: x + 1).lower(0.0).compile(compiler_options={option})"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    if subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True).returncode == 0:
-        os.environ["XLA_FLAGS"] = f"{flags} {flag}".strip()
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": f"{flags} {QUICK_CPU_FLAG}".strip()}
+    try:  # (exactly what the workers will do: the flag in XLA_FLAGS, one compiled program)
+        ok = (
+            subprocess.run(
+                [sys.executable, "-c", "import jax; jax.jit(lambda x: x + 1)(0.0).block_until_ready()"],
+                env=env,
+                capture_output=True,
+                timeout=120,
+            ).returncode
+            == 0
+        )
+    except subprocess.TimeoutExpired:
+        ok = False
+    if ok:
+        os.environ["XLA_FLAGS"] = env["XLA_FLAGS"]
     else:
         os.environ["JAXDP_TEST_XLA_DEFAULT"] = "1"  # (decided: the workers need not try again)
 

@@ -92,7 +92,9 @@ print(json.dumps(out))
 """
 
 REFERENCE_SCRIPT = USER_SCRIPT.replace("assert not jax.config.jax_enable_x64", "assert jax.config.jax_enable_x64")
-REFERENCE_SCRIPT = REFERENCE_SCRIPT[: REFERENCE_SCRIPT.index("s0, q0 =")] + r"""
+REFERENCE_SCRIPT = (
+    REFERENCE_SCRIPT[: REFERENCE_SCRIPT.index("s0, q0 =")]
+    + r"""
 import numpy as np
 f32 = lambda v: float(np.float32(v))  # the inputs the float32 user passes
 vals, grads = [], []
@@ -113,6 +115,11 @@ for s, q in zip(case["s"], case["q"]):
     grads.append(g)
 print(json.dumps({"values": vals, "grads": grads}))
 """
+)
+
+
+#: the suite's quick codegen (``tests/conftest.py``); the user's side compiles with XLA's defaults, as users do
+_QUICK_CPU_FLAG = "--xla_cpu_use_fusion_emitters=false"
 
 
 def _subprocess(script, case, x64):
@@ -120,6 +127,8 @@ def _subprocess(script, case, x64):
     env["JAX_PLATFORMS"] = "cpu"
     if x64:
         env["JAX_ENABLE_X64"] = "1"
+    else:
+        env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f != _QUICK_CPU_FLAG)
     out = subprocess.run(
         [sys.executable, "-c", script, json.dumps(case)], env=env, capture_output=True, text=True, timeout=1800
     )
@@ -142,8 +151,11 @@ def _record(case, got, values, grads):
                 row["error"] = cell["error"]
             else:
                 value = np.array(cell["value"])
-                want = (grads if name == "vmap_grad" else grads[0]) if "grad" in name else (
-                    values if value.ndim else values[0])
+                want = (
+                    (grads if name == "vmap_grad" else grads[0])
+                    if "grad" in name
+                    else (values if value.ndim else values[0])
+                )
                 want = np.asarray(want, np.float64)
                 rel = np.max(np.abs(value - want) / np.maximum(np.abs(want), 1e-6)) if want.size else float("nan")
                 row.update(value=np.ravel(value).tolist(), want=np.ravel(want).tolist(), rel=float(rel))
@@ -186,7 +198,8 @@ def _case(kind, method, transforms=ALL_TRANSFORMS, **kw):
         # 1e-6 step measured -17.7 for d log delta / d sigma at sigma 1.1, q 0.01, eps 2 where its autodiff, -37.02,
         # is right: the contour method's -37.25 and the saddle point's -37.18 (both smooth to 1e-9) agree with it
         # to its value's 0.6 % (test_characteristic.py::test_real_axis_gradient_is_that_of_an_accurate_method)
-        "grad_reference": "autodiff" if method.startswith("certified") or method == "characteristic-real"
+        "grad_reference": "autodiff"
+        if method.startswith("certified") or method == "characteristic-real"
         else "finite_differences",
         **kw,
     }

@@ -30,6 +30,7 @@ from jaxdp.accountants._api import (
 )
 from jaxdp.accountants._exact import log_delta_gaussian
 from jaxdp.accountants._group import GroupCurve, group_curve
+from jaxdp.accountants._registry import Screened, WithFallback
 from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants.montecarlo import (
     EvrPlan,
@@ -57,7 +58,9 @@ __all__ = [
     "MonteCarloEstimate",
     "MonteCarloGradient",
     "OnlineCurve",
+    "Screened",
     "SplitTerms",
+    "WithFallback",
     "available_methods",
     "bennett_num_samples",
     "characteristic_terms",

@@ -121,9 +121,9 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
     """``max`` over the adjacency directions of ``get(info)(comp, direction, arg)``.
 
     A :class:`Screened` method computes a later direction only where its screen's cheap certified bound exceeds
-    the value found so far (where ``given_screen``, by its ``epsilon_given_screen``, which also receives the
-    screen's stage).  Where the method and every mechanism take the direction as data, the two directions are the
-    two steps of one ``lax.scan`` (one traced copy of the method).
+    the worse value so far (with ``given_screen``, by ``epsilon_given_screen`` given the screen's stage, or its
+    epsilon where it has none).  Where the method and every mechanism take the direction as data, the two
+    directions are the two steps of one ``lax.scan`` (one traced copy of the method).
     """
     screen = method_info(info.screen) if isinstance(info, Screened) else None
     reuse = info.epsilon_given_screen if (given_screen and screen is not None) else None

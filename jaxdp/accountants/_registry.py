@@ -105,6 +105,9 @@ def _fields_of(method: MethodInfo) -> dict:
 def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | None = None) -> Screened:
     """``method`` screened by the cheaper certified method named ``by`` (see :class:`Screened`).
 
+    ``epsilon_given_screen(composition, direction, log_delta, screened)`` receives the screen's ``epsilon_stage``
+    (a pytree with an ``epsilon`` field) where the screen has one, else the screen's epsilon.
+
     The screen is traced into the method's own program, in each form of it (concrete inputs and a user's ``jit``).
 
     Example:
@@ -119,7 +122,9 @@ def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | No
     return Screened(**_fields_of(method), screen=by, epsilon_given_screen=epsilon_given_screen)
 
 
-def with_fallback(method: MethodInfo, *, fallback: str, log_delta_or_nan: Callable, epsilon_or_nan: Callable):
+def with_fallback(
+    method: MethodInfo, *, fallback: str, log_delta_or_nan: Callable, epsilon_or_nan: Callable
+) -> WithFallback:
     """The estimate ``method``, answered by the method named ``fallback`` wherever ``log_delta_or_nan`` /
     ``epsilon_or_nan`` give NaN (see :class:`WithFallback`).
 
@@ -155,7 +160,7 @@ def register_method(info: MethodInfo) -> None:
 
 
 def register_methods(infos) -> None:
-    """Registers several :class:`MethodInfo` at once (they may name each other as companion or screen)."""
+    """Registers several :class:`MethodInfo` at once (they may name each other as companion, screen or fallback)."""
     infos = tuple(infos)
     names = {i.name for i in infos if isinstance(i, MethodInfo)}
     for info in infos:
@@ -163,13 +168,20 @@ def register_methods(infos) -> None:
             raise TypeError(f"register_method takes a MethodInfo, got {type(info).__name__}.")
         if not isinstance(info.name, str) or not info.name:
             raise ValueError(f"MethodInfo.name must be a non-empty string, got {info.name!r}.")
-        for field in ("log_delta", "epsilon", "supports"):
+        kind = type(info).__name__
+        required = ("log_delta", "epsilon", "supports") + (
+            ("log_delta_or_nan", "epsilon_or_nan") if isinstance(info, WithFallback) else ()
+        )
+        for field in required:
             if not callable(getattr(info, field)):
-                raise ValueError(f"MethodInfo.{field} of {info.name!r} must be callable.")
+                raise ValueError(f"{kind}.{field} of {info.name!r} must be callable.")
+        given = getattr(info, "epsilon_given_screen", None)
+        if given is not None and not callable(given):
+            raise ValueError(f"{kind}.epsilon_given_screen of {info.name!r} must be callable or None.")
         for field in ("companion", "screen", "fallback"):
             other = getattr(info, field, None)
             if other is not None and other not in names and other not in _METHODS:
-                raise ValueError(f"MethodInfo.{field} of {info.name!r} names an unregistered method {other!r}.")
+                raise ValueError(f"{kind}.{field} of {info.name!r} names an unregistered method {other!r}.")
     for info in infos:
         _METHODS[info.name] = info
 

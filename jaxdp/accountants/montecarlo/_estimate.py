@@ -451,10 +451,11 @@ def montecarlo_epsilon(
         confidence,
     )
     if not isinstance(est.value, jax.core.Tracer) and np.isnan(np.asarray(est.value)).any():
+        hint = "more samples" if estimator == "tilted" else "estimator='tilted' (every step tilted) or more samples"
         _validate.warn_at_caller(
-            f"montecarlo_epsilon: the {estimator!r} estimate of delta does not cross delta = {delta} on its grid of "
-            f"epsilons ({num_samples} samples do not see the losses it needs): value and stderr are NaN. The "
-            "interval's finite end still holds. Every step tilted (estimator='tilted') or more samples resolve it.",
+            f"montecarlo_epsilon: the {estimator!r} estimate of delta does not cross delta = {float(delta):g} on its "
+            f"grid of epsilons ({num_samples} samples do not see the losses it needs): value and stderr are NaN, the "
+            f"interval's finite end still holds. Try {hint}.",
             RuntimeWarning,
         )
     return est
