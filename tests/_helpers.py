@@ -8,6 +8,13 @@ import math
 import jax
 import pytest
 
+from jaxdp.numerics import program_cache
+
+# jaxdp's quick code generation (``program_cache.QUICK_COMPILE``, one option) as an ``XLA_FLAGS`` entry: the suite
+# compiles with it (``tests/conftest.py``) and the user-mode matrix's user side without it (``test_user_mode.py``)
+((_NAME, _VALUE),) = program_cache.QUICK_COMPILE
+QUICK_CPU_FLAG = f"--{_NAME}={str(_VALUE).lower()}"
+
 #: a check of machinery that any saddle-point estimate exercises: on the cheap one-Gaussian ``delta_2`` program in the
 #: default run, on the split estimate (a compile of 1-8 min on two cores) with ``-m slow``
 DELTA2_THEN_SPLIT = ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)]

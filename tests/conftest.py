@@ -13,12 +13,10 @@ import tempfile
 
 import jax
 import pytest
+from _helpers import QUICK_CPU_FLAG
 from hypothesis import HealthCheck, settings
 
 from jaxdp.numerics import program_cache
-
-#: XLA:CPU's elemental emitters (``tests/test_user_mode.py`` takes it out of its user side's ``XLA_FLAGS``)
-QUICK_CPU_FLAG = "--xla_cpu_use_fusion_emitters=false"
 
 
 def _quick_cpu_codegen():

@@ -20,6 +20,7 @@ import sys
 
 import numpy as np
 import pytest
+from _helpers import QUICK_CPU_FLAG
 
 SIGMAS = [1.1, 1.3]
 QS = [0.01, 0.02]
@@ -118,17 +119,14 @@ print(json.dumps({"values": vals, "grads": grads}))
 )
 
 
-#: the suite's quick codegen (``tests/conftest.py``); the user's side compiles with XLA's defaults, as users do
-_QUICK_CPU_FLAG = "--xla_cpu_use_fusion_emitters=false"
-
-
 def _subprocess(script, case, x64):
     env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
     env["JAX_PLATFORMS"] = "cpu"
     if x64:
         env["JAX_ENABLE_X64"] = "1"
     else:
-        env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f != _QUICK_CPU_FLAG)
+        # (the user's side compiles with XLA's defaults, as users do; the reference with the suite's code generation)
+        env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if f != QUICK_CPU_FLAG)
     out = subprocess.run(
         [sys.executable, "-c", script, json.dumps(case)], env=env, capture_output=True, text=True, timeout=1800
     )

@@ -97,7 +97,7 @@ class WithFallback(MethodInfo):
 
 
 def _fields_of(method: MethodInfo) -> dict:
-    if not isinstance(method, MethodInfo) or type(method) is not MethodInfo:
+    if type(method) is not MethodInfo:
         raise TypeError(f"a combinator takes a plain MethodInfo, got {type(method).__name__}.")
     return {f.name: getattr(method, f.name) for f in dataclasses.fields(MethodInfo)}
 

@@ -450,7 +450,7 @@ def montecarlo_epsilon(
         _statics(parts, comp, estimator, num_samples, confidence),
         confidence,
     )
-    if not isinstance(est.value, jax.core.Tracer) and np.isnan(np.asarray(est.value)).any():
+    if _validate.is_concrete(est.value) and np.isnan(np.asarray(est.value)).any():
         hint = "more samples" if estimator == "tilted" else "estimator='tilted' (every step tilted) or more samples"
         _validate.warn_at_caller(
             f"montecarlo_epsilon: the {estimator!r} estimate of delta does not cross delta = {float(delta):g} on its "
