@@ -86,7 +86,7 @@ def main():
         lines.append(f"| `{f}` | {w:.0f} | {c:.0f} | {n} |")
     names = collections.defaultdict(lambda: [0, 0.0, set()])
     for nodeid, r in prof.items():
-        for name, sec in r["programs"]:
+        for name, sec, *_ in r["programs"]:
             names[name][0] += 1
             names[name][1] += sec
             names[name][2].add(nodeid.split("::")[0])

@@ -245,11 +245,38 @@ def _on_jax_duration(event, duration, **kwargs):
     rec = _profile["tests"].setdefault(_profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []})
     rec[kind] += duration
     if kind == "compile":
-        rec["programs"].append([str(kwargs.get("fun_name", "?")), round(duration, 3)])
+        # (the persistent-cache key of the miss just logged, when there is one: the compile that follows is its)
+        rec["programs"].append([str(kwargs.get("fun_name", "?")), round(duration, 3), _profile.pop("pending", None)])
+
+
+def _record_cache_key(kind):
+    """Wraps JAX's persistent-cache log calls to record, per test, the key of each program it compiled (``miss``)
+    or loaded (``hit``): which tests share a program, so that a test leaves the default run only with every
+    default user of its programs (``benchmarks/suite_profile.py --plan``)."""
+    from jax._src import compiler
+
+    name = f"log_persistent_cache_{kind}"
+    original = getattr(compiler, name)
+
+    def wrapped(module_name, cache_key):
+        rec = _profile["tests"].setdefault(
+            _profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []}
+        )
+        rec.setdefault(kind, []).append([str(module_name), str(cache_key)])
+        if kind == "miss":
+            _profile["pending"] = str(cache_key)
+        return original(module_name, cache_key)
+
+    setattr(compiler, name, wrapped)
 
 
 if _PROFILE_DIR:
     jax.monitoring.register_event_duration_secs_listener(_on_jax_duration)
+    try:  # (JAX-internal names: a profile without keys is still a profile)
+        _record_cache_key("miss")
+        _record_cache_key("hit")
+    except (ImportError, AttributeError):
+        pass
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item, nextitem):
