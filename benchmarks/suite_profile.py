@@ -7,9 +7,11 @@ compiled, and every test's wall time; older profiles need ``--durations=0`` in t
     python benchmarks/suite_profile.py DIR LOG [--out benchmarks/results/test_suite.md] [--label "cold, 2 cores"]
 
 It writes the 25 slowest tests (wall), the compile seconds per test file, and the programs compiled most often
-under one name (the same maths traced into several programs), so that a change to the suite can be judged by the
-programs it adds.  From an empty cache (``JAXDP_TEST_XLA_CACHE`` pointing at a new directory) the figures are
-the cold ones a new contributor or CI meets.
+under one name (the same maths traced into several programs), and, from the persistent-cache key of every program
+a test compiled or loaded, which tests share programs and what each test's leaving the default run would save (its
+programs that no other test uses), so that a change to the suite can be judged by the programs it adds.  From an
+empty cache (``JAXDP_TEST_XLA_CACHE`` pointing at a new directory) the figures are the cold ones a new contributor
+or CI meets.
 """
 
 from __future__ import annotations
@@ -41,6 +43,46 @@ def load_durations(log):
         elif re.search(r"\d+ passed", line):
             summary = line.strip("= ")
     return dict(out), summary
+
+
+def _sharing(prof, dur):
+    """Which tests share programs (the persistent-cache keys the profile records per test), and what each test's
+    leaving the default run would save: its own time without compilation, plus the programs no other test uses.  A
+    test whose programs other tests also compile saves little: they go only together."""
+    cost, users = {}, collections.defaultdict(set)
+    for nodeid, r in prof.items():
+        for _, sec, *key in r["programs"]:
+            if key and key[0]:
+                cost[key[0]] = max(cost.get(key[0], 0.0), sec)
+        for kind in ("miss", "hit"):
+            for _, key in r.get(kind, []):
+                users[key].add(nodeid)
+    if not users:  # (a profile without keys: an older conftest)
+        return []
+    misses = collections.Counter(key for r in prof.values() for _, key in r.get("miss", []))
+    twice = sum(cost.get(key, 0.0) * (n - 1) for key, n in misses.items() if n > 1)
+    out = [
+        "",
+        "## Shared programs and what leaving the default run would save",
+        "",
+        f"{len(cost)} distinct programs compiled, {sum(cost.values()):.0f} s if each were compiled once; "
+        f"{twice:.0f} s went to compiling a program a second time (both workers at once).  Saving: the test's "
+        "time less its compilation, plus the compilation of the programs no other test uses; shared: the "
+        "compilation of programs other tests use too (they leave only with them).",
+        "",
+        "| test | saving s | wall s | own programs s | shared programs s |",
+        "|---|---|---|---|---|",
+    ]
+    rows = []
+    for nodeid, r in prof.items():
+        keys = {key for kind in ("miss", "hit") for _, key in r.get(kind, [])}
+        own = sum(cost.get(k, 0.0) for k in keys if users[k] == {nodeid})
+        shared = sum(cost.get(k, 0.0) for k in keys if users[k] != {nodeid})
+        wall = dur.get(nodeid, r.get("wall", 0.0))
+        rows.append((wall - r["compile"] + own, wall, own, shared, nodeid))
+    for save, wall, own, shared, nodeid in sorted(rows, reverse=True)[:25]:
+        out.append(f"| `{nodeid}` | {save:.1f} | {wall:.1f} | {own:.1f} | {shared:.1f} |")
+    return out
 
 
 def main():
@@ -100,6 +142,7 @@ def main():
     for name, (n, sec, files) in sorted(names.items(), key=lambda kv: -kv[1][1]):
         if sec > 10:
             lines.append(f"| `{name}` | {n} | {sec:.0f} | {len(files)} |")
+    lines += _sharing(prof, dur)
     pathlib.Path(a.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:40]))
 

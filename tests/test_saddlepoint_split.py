@@ -472,16 +472,28 @@ def test_a_batch_with_an_epsilon_zero_configuration_is_finite():
     np.testing.assert_allclose(batched, looped, rtol=1e-10)
 
 
+_WARN_ARGS = ["epsilon", "--sigma", "1.0", "--q", "1e-3", "--steps", "10000", "--delta", "1e-6", "--json"]
+
+
 def test_command_line_warns_where_delta_2_is_off(capsys):
     """The issue's first row: delta_2 is +29.7 % off in epsilon; the command line says so and names the fix."""
     import json
 
     from jaxdp.cli import main
 
-    args = ["epsilon", "--sigma", "1.0", "--q", "1e-3", "--steps", "10000", "--delta", "1e-6", "--json"]
-    assert main([*args, "--method", "saddlepoint-delta2"]) == 0
+    assert main([*_WARN_ARGS, "--method", "saddlepoint-delta2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["error_indicator"] > 0.01 and "--method saddlepoint," in out["warning"]
+
+
+@pytest.mark.slow  # the command line's own split-estimate program (~40 s to compile on 2 cores)
+def test_command_line_gives_the_split_estimate_without_a_warning(capsys):
+    """The same row through the fix the warning names: the split estimate, within 1 % and with no warning."""
+    import json
+
+    from jaxdp.cli import main
+
+    args = _WARN_ARGS
     for name in ("saddlepoint", "saddlepoint-split"):  # the default estimate, and its name until 0.1.0
         assert main([*args, "--method", name]) == 0
         out = json.loads(capsys.readouterr().out)
