@@ -49,17 +49,25 @@ def _sharing(prof, dur):
     """Which tests share programs (the persistent-cache keys the profile records per test), and what each test's
     leaving the default run would save: its own time without compilation, plus the programs no other test uses.  A
     test whose programs other tests also compile saves little: they go only together."""
+    # an XLA program compiled for jaxdp's own program cache is known by that cache's key (tests/conftest.py): the
+    # tests that cache served share it, whether from memory, from its files or through JAX's cache
+    alias = {xla: ours for r in prof.values() for xla, ours in r.get("alias", [])}
     cost, users = {}, collections.defaultdict(set)
     for nodeid, r in prof.items():
         for _, sec, *key in r["programs"]:
             if key and key[0]:
-                cost[key[0]] = max(cost.get(key[0], 0.0), sec)
+                k = alias.get(key[0], key[0])
+                cost[k] = max(cost.get(k, 0.0), sec)
         for kind in ("miss", "hit"):
             for _, key in r.get(kind, []):
-                users[key].add(nodeid)
+                users[alias.get(key, key)].add(nodeid)
+        for key in r.get("jaxdp", []):
+            users[key].add(nodeid)
     if not users:  # (a profile without keys: an older conftest)
         return []
-    misses = collections.Counter(key for r in prof.values() for _, key in r.get("miss", []))
+    for r in prof.values():  # (the keys each test used, under one name per program)
+        r["_keys"] = {alias.get(k, k) for kind in ("miss", "hit") for _, k in r.get(kind, [])} | set(r.get("jaxdp", []))
+    misses = collections.Counter(alias.get(key, key) for r in prof.values() for _, key in r.get("miss", []))
     twice = sum(cost.get(key, 0.0) * (n - 1) for key, n in misses.items() if n > 1)
     out = [
         "",
@@ -68,14 +76,16 @@ def _sharing(prof, dur):
         f"{len(cost)} distinct programs compiled, {sum(cost.values()):.0f} s if each were compiled once; "
         f"{twice:.0f} s went to compiling a program a second time (both workers at once).  Saving: the test's "
         "time less its compilation, plus the compilation of the programs no other test uses; shared: the "
-        "compilation of programs other tests use too (they leave only with them).",
+        "compilation of programs other tests use too (they leave only with them).  A program that a later test "
+        "of the same worker takes from JAX's in-memory jit cache is not seen (that cache logs nothing; jaxdp's own "
+        "program cache is), so a saving is an upper bound: check a cut with a new cold run.",
         "",
         "| test | saving s | wall s | own programs s | shared programs s |",
         "|---|---|---|---|---|",
     ]
     rows = []
     for nodeid, r in prof.items():
-        keys = {key for kind in ("miss", "hit") for _, key in r.get(kind, [])}
+        keys = r["_keys"]
         own = sum(cost.get(k, 0.0) for k in keys if users[k] == {nodeid})
         shared = sum(cost.get(k, 0.0) for k in keys if users[k] != {nodeid})
         wall = dur.get(nodeid, r.get("wall", 0.0))

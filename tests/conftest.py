@@ -289,16 +289,44 @@ def _record_cache_key(kind):
         rec.setdefault(kind, []).append([str(module_name), str(cache_key)])
         if kind == "miss":
             _profile["pending"] = str(cache_key)
+            if "jaxdp_key" in _profile:  # (compiled for jaxdp's own program cache: the same program as its key)
+                rec.setdefault("alias", []).append([str(cache_key), _profile["jaxdp_key"]])
         return original(module_name, cache_key)
 
     setattr(compiler, name, wrapped)
 
 
+def _record_jaxdp_programs():
+    """Records, per test, the key of every program it asks jaxdp's own program cache for
+    (``jaxdp/numerics/_program_cache.py``), and which XLA program each key compiled: a program that cache gives a
+    test from memory or from its files (compiled by an earlier test, or by the other worker) reaches neither of
+    JAX's cache logs, and the test shares it all the same."""
+    cache = program_cache
+    key_of, load = cache._key, cache._load_or_compile
+
+    def key(*args, **kwargs):
+        out = key_of(*args, **kwargs)
+        _profile["tests"].setdefault(
+            _profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []}
+        ).setdefault("jaxdp", []).append(out)
+        return out
+
+    def load_or_compile(key, *args, **kwargs):
+        _profile["jaxdp_key"] = key
+        try:
+            return load(key, *args, **kwargs)
+        finally:
+            _profile.pop("jaxdp_key", None)
+
+    cache._key, cache._load_or_compile = key, load_or_compile
+
+
 if _PROFILE_DIR:
     jax.monitoring.register_event_duration_secs_listener(_on_jax_duration)
-    try:  # (JAX-internal names: a profile without keys is still a profile)
+    try:  # (JAX- and jaxdp-internal names: a profile without keys is still a profile)
         _record_cache_key("miss")
         _record_cache_key("hit")
+        _record_jaxdp_programs()
     except (ImportError, AttributeError):
         pass
 
