@@ -249,6 +249,11 @@ SLOW_TESTS = {
     "tests/test_online.py::test_the_command_line_says_which_steps_are_refused",
     # exact's log delta in a user's transformations (its epsilon there stays)
     "tests/test_user_mode.py::test_cheap_accountants_under_user_transformations[delta-exact]",
+    # rdp's fixed-batch program padded with zero weights (23 s; padding stays checked through saddlepoint-delta2 on a
+    # fixed batch, a Poisson group and a hand-made mixture), and the split estimate's vmap against a loop of eager
+    # calls (22 s of eager calls; vmap == loop on the same program stays in TestSaddlepointConformance)
+    "tests/test_zero_weight.py::test_padding_with_zero_weights_changes_no_value[rdp-add_or_remove-fixed_batch]",
+    "tests/test_saddlepoint_split.py::test_vmap_over_configurations_equals_the_loop",
 }
 
 
