@@ -12,7 +12,7 @@ import jax
 def measure(fn, repeats=20, *, warmup=True):
     """``(value, seconds)``: ``fn()``'s last value and the median wall time of ``repeats`` calls (results blocked on),
     after one untimed warm-up call (the compile, for jaxdp) unless ``warmup=False`` (a peer that caches nothing).
-    The benchmarks' timing function (a few scripts still keep timers of their own: see the README)."""
+    The benchmarks' timing function, with :func:`once` for a single call."""
     if warmup:
         jax.block_until_ready(fn())
     times, value = [], None
@@ -21,6 +21,14 @@ def measure(fn, repeats=20, *, warmup=True):
         value = jax.block_until_ready(fn())
         times.append(time.perf_counter() - t0)
     return value, statistics.median(times)
+
+
+def once(fn):
+    """``(value, seconds)`` of one call of ``fn()`` (its result blocked on): a first call, its compile included, or
+    a run too long to repeat."""
+    t0 = time.perf_counter()
+    value = jax.block_until_ready(fn())
+    return value, time.perf_counter() - t0
 
 
 def median_time(fn, repeats=20):

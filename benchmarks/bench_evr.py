@@ -37,6 +37,9 @@ from scipy.stats import beta, norm
 import jaxdp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from _timing import once  # noqa: E402
+
 NOTE_COUNTS = (
     "The one verification at delta ~1e-6 draws ~5e8 steps; on this 2-core CPU the exact tilt samples ~7e6"
     " steps/s (the searchsorted pick of the binomial component is ~30 % of it), so it takes ~70 s against"
@@ -77,14 +80,9 @@ def clopper_pearson(k, n, level=0.95):
     return lo, hi
 
 
-def timed(fn):
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
-
 
 def plan_row(name, mech, steps, eps, delta, tau, lines, record, verify=True):
-    plan, t_plan = timed(lambda: jaxdp.evr_plan(mech, num_steps=steps, epsilon=eps, delta_est=delta, tau=tau))
+    plan, t_plan = once(lambda: jaxdp.evr_plan(mech, num_steps=steps, epsilon=eps, delta_est=delta, tau=tau))
     counts = plan.counts
     decide = int(np.argmax([int(np.max(s)) for s in plan.samples]))  # the direction needing most samples
     chosen = plan.estimators[decide]
@@ -95,11 +93,11 @@ def plan_row(name, mech, steps, eps, delta, tau, lines, record, verify=True):
     accepted = None
     if verify:
         log(f"[{name}] verifying (first call)")
-        v1, first = timed(
+        v1, first = once(
             lambda: jaxdp.evr(mech, num_steps=steps, epsilon=eps, delta_est=delta, tau=tau, key=jax.random.key(1))
         )
         log(f"[{name}] verifying (second call)")
-        v, secs = timed(
+        v, secs = once(
             lambda: jaxdp.evr(mech, num_steps=steps, epsilon=eps, delta_est=delta, tau=tau, key=jax.random.key(2))
         )
         accepted = (bool(v1.accepted), bool(v.accepted))
@@ -186,7 +184,7 @@ def trials(name, mech, steps, eps, true, n, lines, rec, tau=0.9):
         wrong, times, smp, est = 0, [], 0, ()
         log(f"[3] {name}: {case}, {n} trials")
         for t in range(n):
-            v, dt = timed(
+            v, dt = once(
                 lambda t=t, dest=dest: jaxdp.evr(
                     mech, num_steps=steps, epsilon=eps, delta_est=dest, tau=tau, key=jax.random.key(50_000 + t)
                 )
@@ -284,7 +282,7 @@ def section_calibration(a, lines, summary, record):
     common = dict(target_epsilon=3.0, delta=1e-5, num_steps=1000, sampling_prob=0.01)
     for label, kw in (("certified (default)", {}), ("evr", dict(certify="evr", key=jax.random.key(7)))):
         log(f"[4] calibrating with {label}")
-        r, sec = timed(lambda kw=kw: jaxdp.calibrate_noise_multiplier(**common, **kw))
+        r, sec = once(lambda kw=kw: jaxdp.calibrate_noise_multiplier(**common, **kw))
         lines.append(
             f"| {label} | {float(r.noise_multiplier):.6f} | {int(r.status)} | "
             f"{float(r.epsilon_certified):.6g} | {sec:.1f} |"

@@ -20,35 +20,32 @@ import os
 import sys
 import time
 
-import numpy as np
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 
+sys.path.insert(0, HERE)
 import reference_values  # noqa: E402
+from _timing import measure, once  # noqa: E402
 
 import jaxdp  # noqa: E402
 
 
 def _timed(fn, repeat=3):
-    fn()  # compile
-    best = np.inf
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        best = min(best, time.perf_counter() - t)
-    return out, best
+    """``(value, median seconds)`` of ``repeat`` calls after the compiling one."""
+    return measure(fn, repeat)
 
 
 def _pld(sigma, sens, probs, steps, delta):
     import dp_accounting as dpa
     from dp_accounting import dp_event as ev
 
-    t = time.perf_counter()
-    acc = dpa.pld.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-3)
-    acc.compose(ev.MixtureOfGaussiansDpEvent(float(sigma), [float(c) for c in sens], [float(p) for p in probs]), steps)
-    eps = acc.get_epsilon(delta)
-    return eps, time.perf_counter() - t
+    def run():
+        acc = dpa.pld.PLDAccountant(dpa.NeighboringRelation.ADD_OR_REMOVE_ONE, value_discretization_interval=1e-3)
+        events = ev.MixtureOfGaussiansDpEvent(float(sigma), [float(c) for c in sens], [float(p) for p in probs])
+        acc.compose(events, steps)
+        return acc.get_epsilon(delta)
+
+    return once(run)
 
 
 def group_rows(lines, quick):

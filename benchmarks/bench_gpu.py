@@ -50,6 +50,9 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)  # runs from a checkout without installing jaxdp
+sys.path.insert(0, HERE)
+
+from _timing import once  # noqa: E402
 
 import jaxdp  # noqa: E402
 
@@ -314,13 +317,6 @@ def _x64():
     return enable_x64()
 
 
-def clock(fn):
-    """``(result blocked on, seconds)``."""
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    return out, time.perf_counter() - t0
-
-
 def git(*args):
     try:
         out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True)
@@ -346,8 +342,8 @@ def item_mc(b: Bench, sec: Section):
                         m, epsilon=2.0, num_steps=steps, key=jax.random.key(seed), num_samples=n, estimator=est
                     )
 
-                _, t1 = clock(lambda: call(500))
-                r, t2 = clock(lambda: call(600))
+                _, t1 = once(lambda: call(500))
+                r, t2 = once(lambda: call(600))
                 rate = n * steps / t2
                 prev[est] = (max(t1 - t2, 0.0), rate)
                 best[est] = max(best.get(est, 0.0), rate)
@@ -366,8 +362,8 @@ def item_mc(b: Bench, sec: Section):
         def naive(n=n):
             with _x64():
                 f = jax.jit(lambda k: m.sample_privacy_loss(k, (n, steps)).sum(1))
-                _, t1 = clock(lambda: f(jax.random.key(700)))
-                _, t2 = clock(lambda: f(jax.random.key(701)))
+                _, t1 = once(lambda: f(jax.random.key(700)))
+                _, t2 = once(lambda: f(jax.random.key(701)))
             rate = n * steps / t2
             prev["naive"] = (max(t1 - t2, 0.0), rate)
             ratio = rate / CPU_NAIVE_RATE if steps == 1000 else None
@@ -417,10 +413,10 @@ def item_tiny(b: Bench, sec: Section):
                     m, epsilon=TINY["epsilon"], num_steps=steps, key=jax.random.key(seed), num_samples=n
                 )
 
-            r, t1 = clock(lambda: call(200))
+            r, t1 = once(lambda: call(200))
             t2 = None
             if first:  # a second call (a new seed) separates compilation from sampling
-                _, t2 = clock(lambda: call(201))
+                _, t2 = once(lambda: call(201))
                 state["compile_s"], state["rate"] = max(t1 - t2, 0.0), n * steps / t2
             v, se = float(r.value), float(r.stderr)
             rse = se / v if v > 0 else float("nan")
@@ -467,8 +463,8 @@ def _vmapped(method):
 
 def _timed_runs(fn, x):
     """First run after compilation, then (if it was quick) the median of three more."""
-    out, first = clock(lambda: fn(x))
-    reps = [clock(lambda: fn(x))[1] for _ in range(3)] if first < 2.0 else []
+    out, first = once(lambda: fn(x))
+    reps = [once(lambda: fn(x))[1] for _ in range(3)] if first < 2.0 else []
     return out, first, (statistics.median(reps) if reps else first)
 
 
@@ -548,8 +544,8 @@ def item_query(b: Bench, sec: Section):
 
         def run(method=method):
             f = jax.jit(lambda s: _eps(method, s, 1e-3, 10_000, 1e-6))
-            v, t1 = clock(lambda: f(1.0))
-            times = [clock(lambda: f(1.0))[1] for _ in range(calls)]
+            v, t1 = once(lambda: f(1.0))
+            times = [once(lambda: f(1.0))[1] for _ in range(calls)]
             med = statistics.median(times)
             cpu = CPU_QUERY_MS[method]
             cells = [f"{float(v):.6g}", f"{t1:.1f}", f"{1e3 * med:.3f}", f"{1e3 * min(times):.3f}", f"{cpu:.2f}"]
@@ -584,7 +580,7 @@ def item_calibrate(b: Bench, sec: Section):
         return jaxdp.calibrate_noise_multiplier(target_epsilon=target, delta=1e-5, sampling_prob=q, num_steps=steps)
 
     def run(which):
-        r, t = clock(call)
+        r, t = once(call)
         state[which] = t
         status = np.asarray(r.status)
         ok = np.asarray(r.epsilon_certified) <= target * (1 + 1e-12)
@@ -614,7 +610,7 @@ def item_agree(b: Bench, sec: Section):
 
         def run(method=method, dev=dev):
             with jax.default_device(cpu):
-                out, t = clock(lambda: jax.jit(_vmapped(method))(jax.device_put(xs, cpu)))
+                out, t = once(lambda: jax.jit(_vmapped(method))(jax.device_put(xs, cpu)))
             host, dev = np.asarray(out), dev[:k]
             both = np.isfinite(host) & np.isfinite(dev)
             rel = np.abs(dev[both] - host[both]) / np.maximum(np.abs(host[both]), 1e-30)

@@ -36,7 +36,6 @@ import datetime
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -51,6 +50,7 @@ sys.path.insert(0, HERE)
 
 import reference_values  # noqa: E402
 from _helpers import mechanism_for_row  # noqa: E402
+from _timing import once, provenance  # noqa: E402
 
 import jaxdp  # noqa: E402
 
@@ -72,13 +72,6 @@ def log(*a):
 
 def key(seed):
     return jax.random.key(seed)
-
-
-def clock(fn):
-    """``(result blocked on, seconds)``."""
-    t0 = time.perf_counter()
-    out = jax.block_until_ready(fn())
-    return out, time.perf_counter() - t0
 
 
 def met(ok):
@@ -209,7 +202,7 @@ def section_fig6(S, lines, summary, record):
             [("simple", S["fig6_simple"]), ("tilted", S["fig6_is"]), ("tilted-one", S["fig6_is"])]
         ):
             log(f"[1] {adj} {est} n={n}")
-            r, dt = clock(
+            r, dt = once(
                 lambda m=m, est=est, n=n, i=i: jaxdp.montecarlo_delta(
                     m, epsilon=eps, num_steps=steps, key=key(100 + i), num_samples=n, estimator=est
                 )
@@ -295,7 +288,7 @@ def section_tiny_delta(S, lines, summary, record):
     out = {}
     for i, (est, n) in enumerate([("tilted", S["tiny_tilted"]), ("simple", S["tiny_simple"])]):
         log(f"[2] {est} n={n} steps={steps}")
-        r, dt = clock(
+        r, dt = once(
             lambda est=est, n=n, i=i: jaxdp.montecarlo_delta(
                 m, epsilon=eps, num_steps=steps, key=key(200 + i), num_samples=n, estimator=est
             )
@@ -366,7 +359,7 @@ def section_epsilon_rows(S, lines, summary, record):
         n = S["eps_group_samples"] if r["mechanism"] == "poisson_gaussian_group" else S["eps_samples"]
         log(f"[3] {r['case']} g={r.get('group_size', 1)} steps={r['steps']} n={n}")
         m = mechanism_for_row(r)
-        e, dt = clock(
+        e, dt = once(
             lambda m=m, r=r, n=n, i=i: jaxdp.montecarlo_epsilon(
                 m, delta=r["delta"], num_steps=r["steps"], key=key(300 + i), num_samples=n
             )
@@ -491,8 +484,8 @@ def section_throughput(S, lines, summary, record):
                     m, epsilon=2.0, num_steps=steps, key=key(seed), num_samples=b, estimator=est
                 ).value
 
-            _, t1 = clock(lambda call=call, j=j: call(500 + j))
-            _, t2 = clock(lambda call=call, j=j: call(600 + j))
+            _, t1 = once(lambda call=call, j=j: call(500 + j))
+            _, t2 = once(lambda call=call, j=j: call(600 + j))
             rate = b * steps / t2
             best[est] = max(best.get(est, 0.0), rate)
             res.append(dict(path=est, samples=b, first=t1, second=t2, rate=rate))
@@ -503,8 +496,8 @@ def section_throughput(S, lines, summary, record):
         for b in S["naive_samples"]:
             log(f"[5] naive B={b}")
             f = jax.jit(lambda k, b=b: m.sample_privacy_loss(k, (b, steps)).sum(1))
-            _, t1 = clock(lambda f=f: f(key(700)))
-            _, t2 = clock(lambda f=f: f(key(701)))
+            _, t1 = once(lambda f=f: f(key(700)))
+            _, t2 = once(lambda f=f: f(key(701)))
             rate = b * steps / t2
             best["naive"] = max(best.get("naive", 0.0), rate)
             res.append(dict(path="naive", samples=b, first=t1, second=t2, rate=rate))
@@ -535,9 +528,9 @@ def section_online(S, lines, summary, record):
     sigma, q, delta, K, n = 1.0, 0.01, 1e-5, S["online_steps"], S["online_samples"]
     m = PSG(sigma, q)
     log(f"[6] online_epsilon K={K} n={n} (first call)")
-    _, t1 = clock(lambda: online_epsilon(m, delta=delta, max_steps=K, key=key(800), num_samples=n))
+    _, t1 = once(lambda: online_epsilon(m, delta=delta, max_steps=K, key=key(800), num_samples=n))
     log("[6] online_epsilon (second call)")
-    c, t2 = clock(lambda: online_epsilon(m, delta=delta, max_steps=K, key=key(801), num_samples=n))
+    c, t2 = once(lambda: online_epsilon(m, delta=delta, max_steps=K, key=key(801), num_samples=n))
     eps_curve, se_curve = np.asarray(c.epsilon), np.asarray(c.stderr)
     lo_curve, hi_curve = np.asarray(c.ci_low), np.asarray(c.ci_high)
 
@@ -556,23 +549,22 @@ def section_online(S, lines, summary, record):
     from prv_accountant import PoissonSubsampledGaussianMechanism, PRVAccountant
 
     log("[6] prv_accountant build")
-    t0 = time.perf_counter()
-    acc = PRVAccountant(
-        prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=sigma, sampling_probability=q)],
-        max_self_compositions=[K],
-        eps_error=1e-3,
-        delta_error=1e-10,
+    acc, t_build = once(
+        lambda: PRVAccountant(
+            prvs=[PoissonSubsampledGaussianMechanism(noise_multiplier=sigma, sampling_probability=q)],
+            max_self_compositions=[K],
+            eps_error=1e-3,
+            delta_error=1e-10,
+        )
     )
-    t_build = time.perf_counter() - t0
     # ~prv_points step counts spread over 1..K, the accuracy table's ks among them (duplicates merged)
     spread = sorted(set(np.linspace(1, K, S["prv_points"] - len(ks)).round().astype(int).tolist()) | set(ks))
     prv_eps, q_times = {}, []
     for i, k in enumerate(spread):
         if i % 10 == 0:
             log(f"[6] prv query {i}/{len(spread)} (k={k})")
-        t0 = time.perf_counter()
-        _, est, _ = acc.compute_epsilon(delta=delta, num_self_compositions=[int(k)])
-        q_times.append(time.perf_counter() - t0)
+        (_, est, _), sec = once(lambda k=k: acc.compute_epsilon(delta=delta, num_self_compositions=[int(k)]))
+        q_times.append(sec)
         prv_eps[int(k)] = est
     per_query = float(np.mean(q_times))
     measured_all = len(spread) >= K
@@ -681,7 +673,7 @@ def section_online_coverage(S, lines, summary, record):
         for s in range(seeds):
             if s % 10 == 0:
                 log(f"[9] {name}: seed {s}/{seeds}")
-            c, dt = clock(
+            c, dt = once(
                 lambda m=m, delta=delta, s=s: online_epsilon(
                     m, delta=delta, max_steps=K, key=key(20_000 + s), num_samples=n
                 )
@@ -795,7 +787,7 @@ def section_evr(S, lines, summary, record):
             log(f"[7] {name}: {case}, {trials} trials")
             wrong, smp, times, est_names = 0, 0, [], None
             for t in range(trials):
-                v, dt = clock(
+                v, dt = once(
                     lambda t=t, m=m, steps=steps, eps=eps, dest=dest: jaxdp.evr(
                         m, num_steps=steps, epsilon=eps, delta_est=dest, tau=tau, key=key(10_000 + t)
                     )
@@ -948,13 +940,6 @@ def merge(old, body, summary, note):
     return "\n".join(kept)
 
 
-def git(*args):
-    try:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
-    except Exception:
-        return "unknown"
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="tiny sizes (smoke run; numbers meaningless)")
@@ -965,25 +950,17 @@ def main():
     a = ap.parse_args()
     S = sizes(a.quick)
     only = set(a.only.split(",")) if a.only else None
-    commit = git("rev-parse", "--short", "HEAD")
-    dirty = git("status", "--porcelain", "--", "jaxdp")
+    prov = provenance()
+    commit = prov.split("`")[1]  # (the short commit provenance() names)
     load0 = os.getloadavg()
     t_start = time.perf_counter()
     lines = [
         "# Monte Carlo accountant: variance, accuracy, coverage, throughput, online curve and its coverage",
         "",
-        f"Machine: this project's {os.cpu_count()}-core CPU ({platform.machine()}), no GPU (none was lent to this "
-        f"session); JAX {jax.__version__}, devices {[str(d) for d in jax.devices()]}.  "
-        f"Date: {datetime.date.today().isoformat()}.  jaxdp commit `{commit}`"
-        + (
-            " (plus uncommitted changes under jaxdp/: " + ", ".join(x.split()[-1] for x in dirty.splitlines()) + ")"
-            if dirty and dirty != "unknown"
-            else ""
-        )
-        + ".",
+        prov,
         "",
-        "Run with `nice -n 10` while another engineer's tests shared the two cores (load average "
-        f"{load0[0]:.2f} at the start): timings are conservative and somewhat noisy.  References: "
+        f"Load average at the start: {load0[0]:.2f} on {os.cpu_count()} cores (a load near the core count means "
+        "another process shared them: the timings are then conservative and noisy).  References: "
         "`tests/reference_values.py` (copied from the shared oracle table) where it has a row, otherwise "
         'jaxdp\'s `method="characteristic"` accountant (agrees with prv_accountant / dp_accounting to ~1e-6).  '
         "All Monte Carlo numbers are estimates (not bounds) with standard errors.",
