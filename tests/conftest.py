@@ -225,7 +225,7 @@ SLOW_TESTS = {
     "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[remove-mog]",
     "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[add-mog]",
     "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[remove-laplace]",
-    # issue 42, sixth cut, read off the key-sharing profile (benchmarks/suite_profile.py --plan: what leaving the
+    # issue 42, sixth cut, read off the profile's sharing table (benchmarks/suite_profile.py: what leaving the
     # default run saves, counting only the programs no default test shares):
     # certified's log-delta gradient (100 s, its two gradient programs no other test shares); the gradient rule at
     # the boundary stays checked through rdp, exact, saddlepoint, saddlepoint-certified and saddlepoint-delta2, and
@@ -281,7 +281,7 @@ def _on_jax_duration(event, duration, **kwargs):
 def _record_cache_key(kind):
     """Wraps JAX's persistent-cache log calls to record, per test, the key of each program it compiled (``miss``)
     or loaded (``hit``): which tests share a program, so that a test leaves the default run only with every
-    default user of its programs (``benchmarks/suite_profile.py --plan``)."""
+    default user of its programs (``benchmarks/suite_profile.py``'s sharing table)."""
     from jax._src import compiler
 
     name = f"log_persistent_cache_{kind}"
