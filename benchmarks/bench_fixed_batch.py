@@ -22,17 +22,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-
 sys.path.insert(0, HERE)
+
 import reference_values  # noqa: E402
 from _timing import measure, once  # noqa: E402
 
 import jaxdp  # noqa: E402
-
-
-def _timed(fn, repeat=3):
-    """``(value, median seconds)`` of ``repeat`` calls after the compiling one."""
-    return measure(fn, repeat)
 
 
 def _pld(sigma, sens, probs, steps, delta):
@@ -66,10 +61,11 @@ def group_rows(lines, quick):
         m = jaxdp.MixtureOfGaussians.poisson_group(r["sigma"], r["q"], r["group_size"])
         out = {}
         for method in ("certified", "characteristic"):
-            eps, sec = _timed(
+            eps, sec = measure(
                 lambda m=m, method=method, r=r: float(
                     jaxdp.epsilon_for_delta(m, delta=r["delta"], num_steps=r["steps"], method=method)
-                )
+                ),
+                3,
             )
             out[method] = (eps, sec, eps / r["epsilon"] - 1)
             worst = max(worst, abs(eps / r["epsilon"] - 1))
@@ -97,8 +93,8 @@ def fixed_vs_pld(lines, quick):
     cases = [(2.0, 1), (2.0, 4)] if quick else [(1.0, 1), (2.0, 1), (2.0, 4), (4.0, 1), (4.0, 8)]
     for sigma, g in cases:
         m = jaxdp.MixtureOfGaussians.fixed_batch_group(sigma, dataset_size=n, batch_size=b, group_size=g)
-        eps, sec = _timed(
-            lambda m=m: float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="certified"))
+        eps, sec = measure(
+            lambda m=m: float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="certified")), 3
         )
         pld, pld_s = _pld(sigma, m.sensitivities, m.probs, steps, delta)
         lines.append(

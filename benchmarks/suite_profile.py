@@ -52,21 +52,19 @@ def _sharing(prof, dur):
     # an XLA program compiled for jaxdp's own program cache is known by that cache's key (tests/conftest.py): the
     # tests that cache served share it, whether from memory, from its files or through JAX's cache
     alias = {xla: ours for r in prof.values() for xla, ours in r.get("alias", [])}
-    cost, users = {}, collections.defaultdict(set)
+    cost, users, keys_of = {}, collections.defaultdict(set), {}
     for nodeid, r in prof.items():
         for _, sec, *key in r["programs"]:
             if key and key[0]:
                 k = alias.get(key[0], key[0])
                 cost[k] = max(cost.get(k, 0.0), sec)
-        for kind in ("miss", "hit"):
-            for _, key in r.get(kind, []):
-                users[alias.get(key, key)].add(nodeid)
-        for key in r.get("jaxdp", []):
+        # (the programs this test used, under one name each)
+        keys_of[nodeid] = {alias.get(k, k) for kind in ("miss", "hit") for _, k in r.get(kind, [])}
+        keys_of[nodeid] |= set(r.get("jaxdp", []))
+        for key in keys_of[nodeid]:
             users[key].add(nodeid)
     if not users:  # (a profile without keys: an older conftest)
         return []
-    for r in prof.values():  # (the keys each test used, under one name per program)
-        r["_keys"] = {alias.get(k, k) for kind in ("miss", "hit") for _, k in r.get(kind, [])} | set(r.get("jaxdp", []))
     misses = collections.Counter(alias.get(key, key) for r in prof.values() for _, key in r.get("miss", []))
     twice = sum(cost.get(key, 0.0) * (n - 1) for key, n in misses.items() if n > 1)
     out = [
@@ -85,7 +83,7 @@ def _sharing(prof, dur):
     ]
     rows = []
     for nodeid, r in prof.items():
-        keys = r["_keys"]
+        keys = keys_of[nodeid]
         own = sum(cost.get(k, 0.0) for k in keys if users[k] == {nodeid})
         shared = sum(cost.get(k, 0.0) for k in keys if users[k] != {nodeid})
         wall = dur.get(nodeid, r.get("wall", 0.0))

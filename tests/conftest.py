@@ -263,6 +263,13 @@ _PROFILE_DIR = os.environ.get("JAXDP_TEST_PROFILE")
 _profile = {"test": "<collection>", "tests": {}, "clears": []}
 
 
+def _record(test=None):
+    """The profile's record of ``test`` (the test running now by default), made on first use."""
+    return _profile["tests"].setdefault(
+        _profile["test"] if test is None else test, {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []}
+    )
+
+
 def _on_jax_duration(event, duration, **kwargs):
     kind = {
         "/jax/core/compile/backend_compile_duration": "compile",
@@ -271,7 +278,7 @@ def _on_jax_duration(event, duration, **kwargs):
     }.get(event)
     if kind is None:
         return
-    rec = _profile["tests"].setdefault(_profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []})
+    rec = _record()
     rec[kind] += duration
     if kind == "compile":
         # (the persistent-cache key of the miss just logged, when there is one: the compile that follows is its)
@@ -288,9 +295,7 @@ def _record_cache_key(kind):
     original = getattr(compiler, name)
 
     def wrapped(module_name, cache_key):
-        rec = _profile["tests"].setdefault(
-            _profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []}
-        )
+        rec = _record()
         rec.setdefault(kind, []).append([str(module_name), str(cache_key)])
         if kind == "miss":
             _profile["pending"] = str(cache_key)
@@ -311,9 +316,7 @@ def _record_jaxdp_programs():
 
     def key(*args, **kwargs):
         out = key_of(*args, **kwargs)
-        _profile["tests"].setdefault(
-            _profile["test"], {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []}
-        ).setdefault("jaxdp", []).append(out)
+        _record().setdefault("jaxdp", []).append(out)
         return out
 
     def load_or_compile(key, *args, **kwargs):
@@ -342,7 +345,7 @@ if _PROFILE_DIR:
         _profile["test"] = item.nodeid
         start = time.perf_counter()
         yield
-        rec = _profile["tests"].setdefault(item.nodeid, {"compile": 0.0, "trace": 0.0, "lower": 0.0, "programs": []})
+        rec = _record(item.nodeid)
         rec["wall"] = time.perf_counter() - start  # setup + call + teardown: every test, not only the log's slowest
         _profile["test"] = "<between tests>"
 
