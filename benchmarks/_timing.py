@@ -53,27 +53,33 @@ def rel(x, ref):
     return f"{(x - ref) / ref:+.1e}"
 
 
+def _git(*args):
+    import pathlib
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def commit_of_checkout() -> str:
+    """jaxdp's short commit (``unknown`` outside a git checkout): the one :func:`provenance` names."""
+    return _git("rev-parse", "--short", "HEAD") or "unknown"
+
+
 def provenance() -> str:
     """Where a measurement comes from: jaxdp's commit and whether the tree was clean, JAX and jaxlib, backend and
     devices, CPU cores, Python and the date (UTC)."""
     import datetime
     import os
-    import pathlib
     import platform
-    import subprocess
 
     import jaxlib
 
-    root = pathlib.Path(__file__).resolve().parent.parent
-
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return None
-
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--", "jaxdp", "benchmarks", "pyproject.toml")
+    commit = commit_of_checkout()
+    dirty = _git("status", "--porcelain", "--", "jaxdp", "benchmarks", "pyproject.toml")
     tree = "clean tree" if dirty == "" else "uncommitted changes" if dirty else "tree state unknown"
     devices = ", ".join(str(d) for d in jax.devices())
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -50,7 +50,7 @@ sys.path.insert(0, HERE)
 
 import reference_values  # noqa: E402
 from _helpers import mechanism_for_row  # noqa: E402
-from _timing import once, provenance  # noqa: E402
+from _timing import commit_of_checkout, once, provenance  # noqa: E402
 
 import jaxdp  # noqa: E402
 
@@ -950,8 +950,7 @@ def main():
     a = ap.parse_args()
     S = sizes(a.quick)
     only = set(a.only.split(",")) if a.only else None
-    prov = provenance()
-    commit = prov.split("`")[1]  # (the short commit provenance() names)
+    prov, commit = provenance(), commit_of_checkout()
     load0 = os.getloadavg()
     t_start = time.perf_counter()
     lines = [
