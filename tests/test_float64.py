@@ -27,17 +27,15 @@ def _run(flag):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("flag", ["0", "1"])
-def test_float64_regardless_of_x64_flag(flag):
-    got = _run(flag)
-    assert got["x64"] == (flag == "1")
-    assert got["eps_dtype"] == "float64"
-    assert got["jit_dtype"] == ("float64" if flag == "1" else "float32")
-    assert got["logd"] < -700  # delta ~ 1e-340: representable only through the log
-
-
-def test_same_numbers_with_and_without_x64():
-    a, b = _run("0"), _run("1")
+def test_float64_regardless_of_x64_flag_and_the_same_numbers():
+    # (one child process per setting of the flag, both checks on their answers)
+    runs = {flag: _run(flag) for flag in ("0", "1")}
+    for flag, got in runs.items():
+        assert got["x64"] == (flag == "1")
+        assert got["eps_dtype"] == "float64"
+        assert got["jit_dtype"] == ("float64" if flag == "1" else "float32")
+        assert got["logd"] < -700  # delta ~ 1e-340: representable only through the log
+    a, b = runs["0"], runs["1"]
     for key in ["eps", "logd"]:
         assert a[key] == pytest.approx(b[key], rel=1e-13)
     # the x64-off trace returns float32 rounded up: at or above the float64 value, within one float32 ulp

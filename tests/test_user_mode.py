@@ -208,7 +208,7 @@ DEFAULT_CELLS = {
     # an epsilon solve under jit and jit(grad) on the one-Gaussian delta_2 estimate (programs of seconds); the split
     # estimate under every transformation: test_cheap_accountants_under_every_transformation (-m slow: its
     # programs are the suite's costliest), its x64-off jit in test_training.py's jitted train step
-    ("epsilon", "saddlepoint-delta2"): ("jit", "jit_grad"),
+    ("epsilon", "saddlepoint-delta2"): ("jit", "jit_grad"),  # (-m slow since issue 42's seventh cut, in conftest)
     ("delta", "rdp"): ("jit_grad",),
     ("epsilon", "exact"): ("jit",),
     ("delta", "exact"): ("jit_grad",),
@@ -253,17 +253,21 @@ print(json.dumps(outs))
 HEAVY = ("certified", "certified-fast", "characteristic")
 
 
-def test_heavy_accountants_under_a_users_jit():
+# the default method in the default run (each heavy program is ~30 s of compile in the child); the others: -m slow
+@pytest.mark.parametrize(
+    "methods", [HEAVY[:1], pytest.param(HEAVY[1:], marks=pytest.mark.slow)], ids=["default", "others"]
+)
+def test_heavy_accountants_under_a_users_jit(methods):
     """The heavy accountants inside a user's ``jit`` with x64 off, in the cheapest form that shows it: log delta
     (its compile is ~60 % of the epsilon solve's), equal to float32 rounding to the float64 eager call at the same
     float32 inputs (made here: an eager call with concrete inputs runs in float64 whatever the x64 flag), and
     rounded upwards.  Every other transformation of these: -m slow (below)."""
     import jaxdp
 
-    cases = [_case("delta", method, transforms=("jit",), s=SIGMAS[:1], q=QS[:1]) for method in HEAVY]
+    cases = [_case("delta", method, transforms=("jit",), s=SIGMAS[:1], q=QS[:1]) for method in methods]
     got = _subprocess(MANY_SCRIPT, cases, x64=False)
     s, q = (float(np.float32(v[0])) for v in (SIGMAS, QS))
-    for method, cell in zip(HEAVY, got):
+    for method, cell in zip(methods, got):
         assert "error" not in cell["jit"], (method, cell)
         value = cell["jit"]["value"]
         assert cell["jit"]["dtype"] == "float32", (method, cell)
