@@ -516,8 +516,14 @@ def _terms_body(comp, epsilon):
 
 def _worse_direction(comp, epsilon, terms_of):
     """``terms_of(direction)`` of the direction with the larger ``log_delta`` (add_or_remove), NaN (False for a
-    flag) where the composition or ``epsilon`` is out of range."""
-    rows = [terms_of(d) for d in comp.directions]
+    flag) where the composition or ``epsilon`` is out of range.  Where every mechanism takes the direction as
+    data, the two directions of add_or_remove are the two steps of one ``lax.map`` (one traced copy of
+    ``terms_of``, as in :func:`_worst_direction`)."""
+    if len(comp.directions) == 2 and comp.direction_as_data:
+        both = jax.lax.map(terms_of, jnp.array([False, True]))  # (remove, add): comp.directions' order
+        rows = [jax.tree.map(lambda x, i=i: x[i], both) for i in range(2)]
+    else:
+        rows = [terms_of(d) for d in comp.directions]
     best = rows[0]
     for r in rows[1:]:
         best = jax.tree.map(lambda a, b, r=r, best=best: jnp.where(r.log_delta > best.log_delta, b, a), best, r)

@@ -323,8 +323,11 @@ def _split_terms_and_spread(comp, direction, t, eps):
     single = _single_part(comp)
     # a single part: one node set for all the split points (it does not depend on them)
     nodes = None if single is None else _tilted_nodes(single[0], direction, jnp.asarray(t, jnp.float64))
-    jumps, terms = _split_terms_at(comp, direction, t, eps, nodes=nodes)
-    others = jnp.stack([_split_terms_at(comp, direction, t, eps, v, nodes)[1][0] for v in SPLIT_VARIANTS])
+    # every split point through one traced copy of the estimate (a call per split point compiled four copies)
+    splits = jnp.asarray((SPLIT, *SPLIT_VARIANTS), jnp.float64)
+    jumps, terms = jax.lax.map(lambda v: _split_terms_at(comp, direction, t, eps, (v[0], v[1]), nodes), splits)
+    others = terms[0][1:]
+    jumps, terms = jumps[0], jax.tree.map(lambda x: x[0], terms)
     spread = jnp.max(jnp.abs(others - terms[0]))
     # one to three steps of one mixture: exact (both orders the same value, and no split point to move)
     terms, few = _with_few_steps_terms(comp, direction, t, eps, terms)

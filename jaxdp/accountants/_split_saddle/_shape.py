@@ -88,7 +88,7 @@ def split_point(p0, eps, split=SPLIT, floor=-jnp.inf):
     above the bulk: near ``eps = 0`` the cap alone would put half of every step's bulk into the jumps, the
     estimate of ``log delta`` there would be units too low, and the epsilon solve would stop at 0 where the
     answer is positive."""
-    log_a = math.log(split[0]) + jnp.log(jnp.where(p0 > 0, p0, 1.0))
+    log_a = jnp.log(jnp.asarray(split[0], jnp.float64)) + jnp.log(jnp.where(p0 > 0, p0, 1.0))  # (split: maybe traced)
     return jnp.minimum(log_a, jnp.maximum(split[1] * jnp.maximum(eps, 0.0), floor))
 
 
