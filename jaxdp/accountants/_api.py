@@ -472,8 +472,14 @@ def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
 
 
 def _renyi_impl(comp: Composition, orders):
-    curves = [jax.vmap(lambda a, d=d: _bounds.rdp_curve(comp, d, a))(orders) for d in comp.directions]
-    r = jnp.max(jnp.stack(curves), axis=0)
+    def curve(d):
+        return jax.vmap(lambda a: _bounds.rdp_curve(comp, d, a))(orders)
+
+    if len(comp.directions) == 2 and comp.direction_as_data:  # (one traced copy: the direction as data)
+        curves = jax.lax.map(curve, jnp.array([False, True]))
+    else:
+        curves = jnp.stack([curve(d) for d in comp.directions])
+    r = jnp.max(curves, axis=0)
     return jnp.where(comp.valid() & (orders > 1), r, jnp.nan)
 
 
