@@ -60,13 +60,8 @@ __all__ = [
 register_methods(
     tuple(
         dataclasses.replace(info, direction_as_data=True)
-        for info in _rdp.METHODS
-        + _exact.METHODS
-        + _split_saddle.METHODS
-        + _saddlepoint.METHODS
-        + _certified.METHODS
-        + _characteristic.METHODS
-        + _gil_pelaez.METHODS
+        for module in (_rdp, _exact, _split_saddle, _saddlepoint, _certified, _characteristic, _gil_pelaez)
+        for info in module.METHODS
     )
 )
 
@@ -471,15 +466,18 @@ def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
     return _run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit)
 
 
-def _renyi_impl(comp: Composition, orders):
-    def curve(d):
-        return jax.vmap(lambda a: _bounds.rdp_curve(comp, d, a))(orders)
+def _per_direction(comp: Composition, fn):
+    """``[fn(d) for d in comp.directions]``, through one traced copy of ``fn`` (a ``lax.map`` over the direction as
+    data, remove then add: ``comp.directions``' order) where every mechanism takes the direction as data."""
+    if len(comp.directions) == 2 and comp.direction_as_data:
+        both = jax.lax.map(fn, jnp.array([False, True]))
+        return [jax.tree.map(lambda x, i=i: x[i], both) for i in range(2)]
+    return [fn(d) for d in comp.directions]
 
-    if len(comp.directions) == 2 and comp.direction_as_data:  # (one traced copy: the direction as data)
-        curves = jax.lax.map(curve, jnp.array([False, True]))
-    else:
-        curves = jnp.stack([curve(d) for d in comp.directions])
-    r = jnp.max(curves, axis=0)
+
+def _renyi_impl(comp: Composition, orders):
+    curves = _per_direction(comp, lambda d: jax.vmap(lambda a: _bounds.rdp_curve(comp, d, a))(orders))
+    r = jnp.max(jnp.stack(curves), axis=0)
     return jnp.where(comp.valid() & (orders > 1), r, jnp.nan)
 
 
@@ -511,27 +509,16 @@ def renyi_dp(mechanism, *, orders, num_steps=1):
 
 def _terms_impl(comp: Composition, epsilon, facts: Facts | None = None):
     with assume(facts):
-        return _terms_body(comp, epsilon)
-
-
-def _terms_body(comp, epsilon):
-    return _worse_direction(
-        comp, epsilon, lambda d: _split_saddle.split_terms(comp, d, epsilon, _bounds.log_delta_saddlepoint)
-    )
+        return _worse_direction(
+            comp, epsilon, lambda d: _split_saddle.split_terms(comp, d, epsilon, _bounds.log_delta_saddlepoint)
+        )
 
 
 def _worse_direction(comp, epsilon, terms_of):
     """``terms_of(direction)`` of the direction with the larger ``log_delta`` (add_or_remove), NaN (False for a
-    flag) where the composition or ``epsilon`` is out of range.  Where every mechanism takes the direction as
-    data, the two directions of add_or_remove are the two steps of one ``lax.map`` (one traced copy of
-    ``terms_of``, as in :func:`_worst_direction`)."""
-    if len(comp.directions) == 2 and comp.direction_as_data:
-        both = jax.lax.map(terms_of, jnp.array([False, True]))  # (remove, add): comp.directions' order
-        rows = [jax.tree.map(lambda x, i=i: x[i], both) for i in range(2)]
-    else:
-        rows = [terms_of(d) for d in comp.directions]
-    best = rows[0]
-    for r in rows[1:]:
+    flag) where the composition or ``epsilon`` is out of range."""
+    best, *rest = _per_direction(comp, terms_of)
+    for r in rest:
         best = jax.tree.map(lambda a, b, r=r, best=best: jnp.where(r.log_delta > best.log_delta, b, a), best, r)
     ok = comp.valid() & (epsilon >= 0)
     return jax.tree.map(lambda x: jnp.where(ok, x, jnp.nan) if jnp.issubdtype(x.dtype, jnp.floating) else x & ok, best)
