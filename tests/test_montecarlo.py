@@ -268,13 +268,18 @@ def test_sweep_equals_vmap_and_a_loop():
 
 
 def test_inside_user_jit_with_x64_off():
+    # (one direction: the user's jit is the subject, and the sampler is traced once per direction)
     assert not jax.config.jax_enable_x64
-    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1, adjacency="remove")
     eager = jaxdp.montecarlo_delta(m, epsilon=1.0, num_steps=10, key=KEY, num_samples=N)
     jitted = jax.jit(
         lambda s: (
             jaxdp.montecarlo_delta(
-                jaxdp.PoissonSubsampledGaussian(s, 0.1), epsilon=1.0, num_steps=10, key=KEY, num_samples=N
+                jaxdp.PoissonSubsampledGaussian(s, 0.1, adjacency="remove"),
+                epsilon=1.0,
+                num_steps=10,
+                key=KEY,
+                num_samples=N,
             ).value
         )
     )(1.0)
