@@ -33,8 +33,6 @@ MEASURED = {
     ("rdp", "concrete"): 2_036,
     ("rdp", "user_jit"): 2_484,
     ("rdp", "grad"): 6_692,
-    # (2026-12-02: each through one traced copy of its estimate, the two directions one lax.map; were 6,278 and
-    # 20,266, the split's four split points and two directions each a copy)
     ("characteristic_terms", "user_jit"): 3_341,
     ("saddlepoint_terms", "user_jit"): 7_566,
 }

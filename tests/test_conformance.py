@@ -37,10 +37,10 @@ class TestRdpConformance(AccountantConformance):
     method = "rdp"
     # the RDP bound is loose, so delta(eps(delta)) is only a bound-consistent round trip
     roundtrip_rtol = 1e-6
-    # its own compile of the jitted query: run with -m slow.  Issue 42, seventh cut: the user's jit, the NaN masking
-    # of traced invalid input and the two vmaps are _api's wrapping, checked in the default run on exact (each of
-    # its programs compiles in about a second); rdp keeps its gradients (a certified epsilon's gradient), its add
-    # direction and its heterogeneous composition
+    # programs of their own, under -m slow: the jitted query, and the user's jit, the NaN masking of traced invalid
+    # input and the two vmaps, which are _api's wrapping, checked in the default run on exact (whose programs compile
+    # in about a second); rdp keeps its gradients (a certified epsilon's gradient), its add direction and its
+    # heterogeneous composition
     slow_checks = frozenset(
         {
             "test_jit_equals_eager",
@@ -70,8 +70,7 @@ class TestSaddlepointSplitConformance(AccountantConformance):
 
 class TestSaddlepointDelta2Conformance(AccountantConformance):
     """The one-Gaussian delta_2 approximation: its user's jit stays in the default run; its gradients there are
-    test_user_mode.py's jit(grad) cells and test_calibrate.py's implicit gradients (issue 42, seventh cut: d delta /
-    d sigma here, 15 s cold, under -m slow)."""
+    test_user_mode.py's calibrators under jit(grad) (d delta / d sigma here, a program of its own: -m slow)."""
 
     method = "saddlepoint-delta2"
     certified = False

@@ -288,7 +288,7 @@ def test_inside_user_jit_with_x64_off():
     assert eager.value.dtype == jnp.float64  # eager calls answer in float64 whatever the x64 flag
 
 
-@pytest.mark.slow  # (issue 42, seventh cut: a program of its own; vmap == loop stays in test_sweep_equals_vmap_...)
+@pytest.mark.slow  # (a program of its own; vmap == loop stays checked in test_sweep_equals_vmap_and_a_loop)
 def test_inside_user_vmap_with_x64_off():
     assert not jax.config.jax_enable_x64
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.1)

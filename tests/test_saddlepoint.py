@@ -44,7 +44,7 @@ class TestSaddlepointCertifiedConformance(AccountantConformance):
     # add_or_remove compiles the add direction's program (45 CPU-s); traced invalid input, three user-jit programs
     # of its own: the NaN masking is _api's, checked on rdp and exact in the default run
     # (issue 42, fourth cut) its epsilon gradient (one program for three checks) and its vmapped epsilon: d delta /
-    # d sigma stays (until the seventh cut), a certified epsilon's gradient stays on rdp, vmap on split and exact
+    # a certified epsilon's gradient stays on rdp, vmap on split and exact
     slow_checks = frozenset(
         {
             "test_jit_equals_eager",

@@ -245,7 +245,7 @@ def test_random_call_sequences_answer_as_a_fresh_tracker(monkeypatch):
     assert checked > 1000
 
 
-# one sequence in the default run (issue 42, seventh cut: each is ~7 s of rdp calls), three under -m slow
+# one sequence in the default run (each runs real rdp searches, seconds apiece), three under -m slow
 @pytest.mark.parametrize("sequences", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_random_call_sequences_answer_as_a_fresh_tracker_with_rdp(sequences):
     # the same on the real rdp accountant (certified), a few short sequences: ~0.25 s a call, ~25 calls a search

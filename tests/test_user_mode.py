@@ -208,7 +208,7 @@ DEFAULT_CELLS = {
     # an epsilon solve under jit and jit(grad) on the one-Gaussian delta_2 estimate (programs of seconds); the split
     # estimate under every transformation: test_cheap_accountants_under_every_transformation (-m slow: its
     # programs are the suite's costliest), its x64-off jit in test_training.py's jitted train step
-    ("epsilon", "saddlepoint-delta2"): ("jit", "jit_grad"),  # (-m slow since issue 42's seventh cut, in conftest)
+    ("epsilon", "saddlepoint-delta2"): ("jit", "jit_grad"),  # (under -m slow: tests/conftest.py says why)
     ("delta", "rdp"): ("jit_grad",),
     ("epsilon", "exact"): ("jit",),
     ("delta", "exact"): ("jit_grad",),

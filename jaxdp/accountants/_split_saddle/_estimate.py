@@ -323,7 +323,7 @@ def _split_terms_and_spread(comp, direction, t, eps):
     single = _single_part(comp)
     # a single part: one node set for all the split points (it does not depend on them)
     nodes = None if single is None else _tilted_nodes(single[0], direction, jnp.asarray(t, jnp.float64))
-    # every split point through one traced copy of the estimate (a call per split point compiled four copies)
+    # every split point through one traced copy of the estimate (a copy per point would compile each)
     splits = jnp.asarray((SPLIT, *SPLIT_VARIANTS), jnp.float64)
     jumps, terms = jax.lax.map(lambda v: _split_terms_at(comp, direction, t, eps, (v[0], v[1]), nodes), splits)
     others = terms[0][1:]
