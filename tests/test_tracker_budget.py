@@ -125,6 +125,45 @@ def test_steps_left_is_never_negative_and_zero_once_over_budget():
     assert tracker.steps_left(noise_multiplier=100.0, sampling_prob=1e-4) == 0
 
 
+# -- the estimate's guess -----------------------------------------------------------------------------------------
+def _curve(kind):
+    """Stand-in estimates, monotone in the step count n (as every accountant's epsilon is), of the shapes that meet
+    a search: flat then growing (DP-SGD's epsilon), a power law, steps, and a value that is NaN beyond a point."""
+    return {
+        "dpsgd": lambda n: 0.6 + 0.004 * n**0.5 + 2e-6 * n,
+        "power": lambda n: 0.01 * n**0.7,
+        "steps": lambda n: 0.5 + 0.25 * math.floor(math.log2(n)),
+        "nan_beyond": lambda n: 0.3 * n**0.5 if n < 5_000 else math.nan,
+    }[kind]
+
+
+@pytest.mark.parametrize("kind", ["dpsgd", "power", "steps", "nan_beyond"])
+@pytest.mark.parametrize("target", [0.55, 1.0, 4.0, 8.0, 30.0])
+def test_the_estimates_guess_is_the_largest_count_within_the_target_to_half_a_percent(monkeypatch, kind, target):
+    # the brute-force answer (bisection over every n up to the limit) against the search, and the number of
+    # estimates it took: on these curves 2-18 (doubling then bisecting took up to 32; the flat staircase is the
+    # secant's worst case, where it falls back to bisecting in log n)
+    f = _curve(kind)
+    calls = []
+
+    def stand_in(tracker, method, extra=None):
+        calls.append(extra[2])
+        return f(extra[2])
+
+    monkeypatch.setattr(PrivacyTracker, "_epsilon", stand_in)
+    limit = 2 * MAX_STEPS
+    lo, hi = 1, limit + 1  # the largest n <= limit with f(n) <= target (1 when there is none)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if f(mid) <= target else (lo, mid)
+    want = lo
+    got, slope = _tracker(target)._estimate_guess(1.0, 0.01, limit)
+    assert got == 1 or f(got) <= target
+    assert got <= want <= got + max(1, got // 200), (got, want)
+    assert len(set(calls)) <= 20, sorted(set(calls))
+    assert math.isnan(slope) or slope >= 0
+
+
 # -- random call sequences ---------------------------------------------------------------------------------------
 #
 # The answers must not depend on the order of calls: after each query the tracker is compared with a fresh one
