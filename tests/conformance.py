@@ -20,6 +20,9 @@ from hypothesis import strategies as st
 
 import jaxdp
 
+#: each conformance class's batched epsilon (``AccountantConformance._vmap_eps``)
+_VMAP_RESULTS: dict = {}
+
 
 class AccountantConformance:
     method: str = ""
@@ -85,25 +88,39 @@ class AccountantConformance:
             f = jax.jit(lambda s: self.eps(s))
             assert float(f(1.2)) == pytest.approx(float(self.eps(1.2)), rel=self.transform_rtol)
 
-    def _vmap_eps(self, sigmas, qs, steps, deltas):
-        """epsilon batched over all four of sigma, q, steps and delta, four configurations: one program serves
-        both vmap checks (vary the data, not the structure)."""
-        args = [jnp.asarray(v, jnp.float64) for v in (sigmas, qs, steps, deltas)]
-        return jax.vmap(lambda s, q, n, d: self.eps(s, q, n, d))(*args)
+    #: (sigma, q, steps, delta) of the two vmap checks: sigma and q varied, then steps and delta
+    VMAP_POINTS = (
+        [0.7, 1.0, 1.6, 3.0, 1.0, 1.0, 1.0, 1.0],
+        [0.01, 0.02, 0.05, 0.1, 0.01, 0.01, 0.01, 0.01],
+        [None] * 4 + [10, 100, 1000, 3000],
+        [None] * 4 + [1e-3, 1e-5, 1e-8, 1e-6],
+    )
+
+    def _vmap_eps(self):
+        """epsilon at :data:`VMAP_POINTS` in one ``jax.vmap`` call, made once per class: both vmap checks take their
+        half (a plain vmap traces anew at each call, and the split estimate's nested loops take ~10 s to batch)."""
+        key = (type(self), self.method)
+        if key not in _VMAP_RESULTS:
+            sigmas, qs, steps, deltas = self.VMAP_POINTS
+            steps = [float(self.steps if n is None else n) for n in steps]
+            deltas = [self.delta if d is None else d for d in deltas]
+            with x64():
+                args = [jnp.asarray(v, jnp.float64) for v in (sigmas, qs, steps, deltas)]
+                _VMAP_RESULTS[key] = np.asarray(jax.vmap(lambda s, q, n, d: self.eps(s, q, n, d))(*args))
+        return _VMAP_RESULTS[key]
+
+    def _looped_eps(self, points):
+        sigmas, qs, steps, deltas = (self.VMAP_POINTS[i][points] for i in range(4))
+        with x64():
+            return [
+                float(self.eps(s, q, None if n is None else int(n), d)) for s, q, n, d in zip(sigmas, qs, steps, deltas)
+            ]
 
     def test_vmap_equals_loop(self):
-        with x64():
-            sigmas, qs = [0.7, 1.0, 1.6, 3.0], [0.01, 0.02, 0.05, 0.1]
-            batched = self._vmap_eps(sigmas, qs, [float(self.steps)] * 4, [self.delta] * 4)
-            looped = [float(self.eps(s, q)) for s, q in zip(sigmas, qs)]
-        np.testing.assert_allclose(np.asarray(batched), looped, rtol=self.transform_rtol)
+        np.testing.assert_allclose(self._vmap_eps()[:4], self._looped_eps(slice(0, 4)), rtol=self.transform_rtol)
 
     def test_vmap_over_steps_and_delta(self):
-        with x64():
-            steps, deltas = [10.0, 100.0, 1000.0, 3000.0], [1e-3, 1e-5, 1e-8, 1e-6]
-            batched = self._vmap_eps([1.0] * 4, [0.01] * 4, steps, deltas)
-            looped = [float(self.eps(1.0, 0.01, int(n), d)) for n, d in zip(steps, deltas)]
-        np.testing.assert_allclose(np.asarray(batched), looped, rtol=self.transform_rtol)
+        np.testing.assert_allclose(self._vmap_eps()[4:], self._looped_eps(slice(4, 8)), rtol=self.transform_rtol)
 
     def test_no_recompilation_on_new_values(self):
         self.eps(1.0, 0.01, 100, 1e-5)
