@@ -99,7 +99,7 @@ class AccountantConformance:
     def _vmap_eps(self):
         """epsilon at :data:`VMAP_POINTS` in one ``jax.vmap`` call, made once per class: both vmap checks take their
         half (a plain vmap traces anew at each call, and the split estimate's nested loops take ~10 s to batch)."""
-        key = (type(self), self.method)
+        key = type(self)
         if key not in _VMAP_RESULTS:
             sigmas, qs, steps, deltas = self.VMAP_POINTS
             steps = [float(self.steps if n is None else n) for n in steps]
@@ -112,9 +112,7 @@ class AccountantConformance:
     def _looped_eps(self, points):
         sigmas, qs, steps, deltas = (self.VMAP_POINTS[i][points] for i in range(4))
         with x64():
-            return [
-                float(self.eps(s, q, None if n is None else int(n), d)) for s, q, n, d in zip(sigmas, qs, steps, deltas)
-            ]
+            return [float(self.eps(s, q, n, d)) for s, q, n, d in zip(sigmas, qs, steps, deltas)]
 
     def test_vmap_equals_loop(self):
         np.testing.assert_allclose(self._vmap_eps()[:4], self._looped_eps(slice(0, 4)), rtol=self.transform_rtol)

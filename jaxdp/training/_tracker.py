@@ -286,8 +286,8 @@ class PrivacyTracker:
         is none), and the estimate's slope in n there.  Only a starting point: the certified search decides.
 
         epsilon(n) is close to a power of n over any stretch, so the search steps along the power law through its
-        last two values rather than doubling and bisecting: fewer estimates (each a query of the estimate's
-        program, ~20-70 ms), see ``tests/test_tracker_budget.py``."""
+        last two values rather than doubling and bisecting: fewer estimates, each a query of the estimate's
+        program."""
         cache: dict = {}
         target = self.target_epsilon
 
