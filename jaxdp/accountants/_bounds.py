@@ -280,11 +280,15 @@ def screen_stage(comp, direction, log_delta) -> ScreenStage:
     t_b = jnp.where(jnp.isfinite(u_b), t_ev[1], jnp.nan)
     m_b = jax.tree.map(lambda x: x[1], m)
 
-    def g(v):  # the bound's root condition as the iteration solved it, and its epsilon (traced only for a derivative)
-        eps_v, log_upper = _certified_upper(comp, direction, jnp.exp(v))
-        return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - log_delta), eps_v
+    def g(v, c, d, ld):  # the bound's root condition as the iteration solved it, and its epsilon (traced only for a
+        # derivative: every traced value it needs is an operand)
+        eps_v, log_upper = _certified_upper(c, direction if d is None else d, jnp.exp(v))
+        return jnp.where(jnp.isnan(log_upper), -1.0, log_upper - ld), eps_v
 
-    _, eps_d = root_and_value_found_elsewhere(g, jnp.where(jnp.isfinite(u_b), u_b, u0), eps[1], lo, hi)
+    d_op = None if isinstance(direction, str) else direction
+    _, eps_d = root_and_value_found_elsewhere(
+        g, jnp.where(jnp.isfinite(u_b), u_b, u0), eps[1], lo, hi, operands=(comp, d_op, log_delta)
+    )
     out = _verified_epsilon(comp_c, direction, log_delta_c, jnp.maximum(eps_d, 0.0), t_b, m_b)
 
     # the estimate's saddle point, with the derivative of the saddle point of its (fixed) epsilon; none from moments

@@ -22,7 +22,7 @@ from jaxdp.mechanisms import (
     mixture_rule,
     scan_stack,
 )
-from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing, sparse_cond, zeros_of
+from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing, sparse_cond, traced_once, zeros_of
 
 LOG_T_LO = math.log(1e-6)
 LOG_T_HI = math.log(1e7)
@@ -190,17 +190,20 @@ def iterate_on_curve(
         floored = ~jnp.isfinite(d_log_d) & (log_d <= -1e8)
         return jnp.where(floored, jnp.nan, eps), deps, jnp.where(floored, -1e8, log_d), d_log_d, aux
 
+    u0 = jnp.clip(u0, lo, hi)
+    # ``point`` traced once: the loop's first state needs its output shapes before the body calls it
+    at_once, shapes = traced_once(at, (operands, u0))
+
     def evaluate(u, active):
         if not scalar:
-            return at((operands, u))
+            return at_once((operands, u))
         # under ``vmap`` the loop runs until the slowest configuration is done (a grid's iteration counts vary
         # several-fold): only those still iterating are evaluated (``sparse_cond``)
-        shapes = jax.eval_shape(at, (operands, u))
 
         def skip(ops):  # (a configuration of the batch that is done: its state is kept, these are dropped)
             return zeros_of(shapes)
 
-        return sparse_cond(active, at, skip, (operands, u), true_unless_batched=True)
+        return sparse_cond(active, at_once, skip, (operands, u), true_unless_batched=True)
 
     def cond(state):
         return (state[0] < max_iterations) & ~jnp.all(state[-1])
@@ -246,15 +249,14 @@ def iterate_on_curve(
         else:
             pending_new = pending
         new = (i + 1, a, b, u_new, eps, g, jnp.abs(u_new - u), pending_new, u, (eps, aux), stop_new)
+
         # (a vector of iterations: one that has stopped keeps its state)
         def keep(old, nw):
             return jnp.where(stop.reshape(stop.shape + (1,) * (jnp.ndim(nw) - stop.ndim)), old, nw)
 
         return (i + 1, *jax.tree.map(keep, state[1:], new[1:]))
 
-    u0 = jnp.clip(u0, lo, hi)
     zero = jnp.zeros_like(u0)
-    shapes = jax.eval_shape(at, (operands, u0))
     ev0 = zeros_of((shapes[0], shapes[4]))
     no = jnp.zeros(jnp.shape(u0), bool)
     init = (jnp.array(0), lo, hi, u0, zero, zero, 2.0 * (hi - lo), no, u0, ev0, no)

@@ -22,7 +22,7 @@ from jaxdp.numerics._logspace import (
     to_f64,
 )
 from jaxdp.numerics._nufft import SPREAD, nufft1
-from jaxdp.numerics._pytree import pytree_dataclass, zeros_of
+from jaxdp.numerics._pytree import pytree_dataclass, traced_once, zeros_of
 from jaxdp.numerics._solvers import (
     bisect,
     bracketed_newton,
@@ -77,6 +77,7 @@ __all__ = [
     "sparse_cond",
     "sweep",
     "to_f64",
+    "traced_once",
     "validate",
     "value_found_elsewhere",
     "with_slope",

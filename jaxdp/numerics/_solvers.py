@@ -229,11 +229,13 @@ def _root_with_implicit_derivative(f, start, solve):
     are not differentiated (the solve sees constants).
     """
     start = jax.lax.stop_gradient(start)
+    # f's Python traced once: the iteration and the derivative's rule both evaluate its jaxpr
+    f_pure, consts = _hoisted(f, start)
+    held = [jax.lax.stop_gradient(c) for c in consts]
     # the iteration runs on constants: what it closes over (f's parameters, a caller's own solver) is held fixed,
     # so no tangent enters its loop (reverse mode cannot go through a while_loop)
-    solve_pure, solve_consts = _hoisted(lambda x0: solve(f, x0), start)
+    solve_pure, solve_consts = _hoisted(lambda x0: solve(lambda v: f_pure(v, *held), x0), start)
     x_star = solve_pure(start, *(jax.lax.stop_gradient(c) for c in solve_consts))
-    f_pure, consts = _hoisted(f, start)
     return implicit_root(lambda u, _, params: f_pure(u, *params), None, x_star, tuple(consts))
 
 
@@ -247,17 +249,29 @@ def root_found_elsewhere(f, x, lo, hi):
     return root_and_value_found_elsewhere(lambda v: (f(v), jnp.zeros_like(v)), x, jnp.zeros_like(x), lo, hi)[0]
 
 
-def root_and_value_found_elsewhere(f, x, value, lo, hi):
+_CLOSED_OVER = object()
+
+
+def root_and_value_found_elsewhere(f, x, value, lo, hi, operands=_CLOSED_OVER):
     """``(x, value)``: ``x`` a root of the decreasing scalar ``f(.)[0]`` on ``[lo, hi]`` and ``value = f(x)[1]``,
     both found by the caller in an iteration of its own, with their derivatives in whatever ``f`` closes over:
     ``dx = -(df0/dparams . dparams) / (df0/dx)`` (a constant at the bracket's edge, as in :func:`solve_decreasing`)
     and ``dvalue = df1/dx dx + df1/dparams . dparams``.
 
-    ``f`` is traced to a jaxpr here and enters the program only where a derivative is asked for, linearised once
-    for both (:func:`_partials`): the root's move and the value's derivative share one primal of ``f``.
+    ``f`` enters the program only where a derivative is asked for, linearised once for both (:func:`_partials`):
+    the root's move and the value's derivative share one primal of ``f``.  ``operands`` (a pytree): ``f`` is called
+    as ``f(v, *operands)`` and closes over no tracer, so it is not traced at all unless a derivative is asked for;
+    without them ``f(v)`` is traced to a jaxpr here, to find the values it closes over.
     """
     x = jax.lax.stop_gradient(x)
-    f_pure, consts = _hoisted(f, x, all_outputs=True)
+    if operands is _CLOSED_OVER:
+        f_pure, consts = _hoisted(f, x, all_outputs=True)
+    else:
+        consts, tree = jax.tree.flatten(operands)
+
+        def f_pure(v, *leaves):
+            return tuple(f(v, *jax.tree.unflatten(tree, leaves)))
+
     tol = 1e-9 * (1.0 + jnp.abs(hi - lo))
     edge = jax.lax.stop_gradient((x <= lo + tol) | (x >= hi - tol))
 

@@ -49,9 +49,7 @@ from jaxdp.mechanisms import (
     is_add,
     scan_parts,
 )
-from jaxdp.numerics import (
-    zeros_of,
-)
+from jaxdp.numerics import traced_once, zeros_of
 
 #: the exact one-jump term is skipped where a bound on it is this far (in log) below the other counts' sum
 ONE_JUMP_SKIP = 25.0
@@ -158,10 +156,11 @@ def log_delta_split(shape: SplitShape, t, eps, one_jump, bulk_term, many_jumps=N
     reach = jnp.max(jnp.maximum(w1 + k0_c - t_c * eps_c + log_b, w1 + first))
     rest = jax.nn.logsumexp(jnp.where(single, -jnp.inf, log_w_c + first))
     one_needed = jnp.any(single) & ~(reach < rest - ONE_JUMP_SKIP)
-    proto = jax.eval_shape(one_rows_fn)
+    # (traced once: the branch not taken needs its shapes)
+    one_rows_once, proto = traced_once(one_rows_fn)
     one_rows, one_aux = jax.lax.cond(
         one_needed,
-        one_rows_fn,
+        one_rows_once,
         lambda: (
             _Rows.stand_in(proto[0].k0.shape[0]),
             zeros_of(proto[1]),

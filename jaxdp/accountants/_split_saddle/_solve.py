@@ -151,12 +151,15 @@ def _epsilon_on_curve(comp, direction, log_delta, point):
     phases = (jnp.arange(3), *map(jnp.asarray, (PHASE_TOL, PHASE_PREDICTED_TOL, PHASE_EVALUATIONS)))
     u, eps = jax.lax.scan(phase_step, u0, phases)
 
-    def g(v):  # decreasing in v = log t (far past the root delta can underflow to 0: a finite stand-in), and the
-        # curve's eps there (every phase's, ANSWER's too): one evaluation, linearised once where a derivative is asked
-        eps_v, _, level, _ = point(comp, direction, jnp.exp(v), ESTIMATE)
-        return jnp.maximum(level, -1e8) - log_delta, eps_v
+    def g(v, c, d, ld):  # decreasing in v = log t (far past the root delta can underflow to 0: a finite stand-in),
+        # and the curve's eps there (every phase's, ANSWER's too): one evaluation, traced and linearised only where a
+        # derivative is asked for (every traced value it needs is an operand)
+        eps_v, _, level, _ = point(c, direction if d is None else d, jnp.exp(v), ESTIMATE)
+        return jnp.maximum(level, -1e8) - ld, eps_v
 
-    u, eps = root_and_value_found_elsewhere(g, jnp.where(jnp.isfinite(u), u, u0), eps[ANSWER], lo, hi)
+    u, eps = root_and_value_found_elsewhere(
+        g, jnp.where(jnp.isfinite(u), u, u0), eps[ANSWER], lo, hi, operands=(comp, direction_op, log_delta)
+    )
     return jnp.maximum(eps, 0.0), u
 
 
