@@ -53,17 +53,9 @@ def float64_scope(fn):
     return wrapper
 
 
-def _leaf_f64(x):
-    if isinstance(x, jax.core.Tracer) or (isinstance(x, jax.Array) and x.dtype == np.float64):
-        return jnp.asarray(x, dtype=jnp.float64)
-    # a concrete leaf is converted on the host: a device conversion would be a program of its own, compiled (or
-    # loaded from a cache) in every process before its first query
-    return jnp.asarray(np.asarray(x, dtype=np.float64))
-
-
 def to_f64(tree):
     """Casts every leaf of a pytree to a float64 array (call inside the scope)."""
-    return jax.tree.map(_leaf_f64, tree)
+    return jax.tree.map(lambda x: jnp.asarray(x, dtype=jnp.float64), tree)
 
 
 def log1p(x):
