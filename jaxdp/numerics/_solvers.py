@@ -229,7 +229,8 @@ def _root_with_implicit_derivative(f, start, solve):
     are not differentiated (the solve sees constants).
     """
     start = jax.lax.stop_gradient(start)
-    # f's Python traced once: the iteration and the derivative's rule both evaluate its jaxpr
+    # f's Python traced once: the iteration and the derivative's rule both evaluate its jaxpr (a caller's own
+    # ``solver`` iterates on whatever it closes over, f included, which it traces itself)
     f_pure, consts = _hoisted(f, start)
     held = [jax.lax.stop_gradient(c) for c in consts]
     # the iteration runs on constants: what it closes over (f's parameters, a caller's own solver) is held fixed,
