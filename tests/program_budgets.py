@@ -19,22 +19,22 @@ from __future__ import annotations
 
 import re
 
-#: (method, form) -> ops measured on 2026-11-29 (JAX 0.10.2; saddlepoint after its one-trace split estimate, its grad
-#: after the implicit derivatives' forward-mode partials and its decisions traced without derivatives)
+#: (method, form) -> ops measured on 2026-12-02 (JAX 0.10.2; after each costly function's Python traced once, and
+#: minimize_on_grid's one copy of its function: the Renyi-DP bound and certified's last resort)
 MEASURED = {
-    ("certified", "concrete"): 6_604,
-    ("certified", "two_pass"): 11_345,
-    ("certified", "user_jit"): 13_950,
+    ("certified", "concrete"): 6_596,
+    ("certified", "two_pass"): 11_332,
+    ("certified", "user_jit"): 13_032,
     ("characteristic", "concrete"): 5_065,
-    ("characteristic", "user_jit"): 19_023,
-    ("saddlepoint", "concrete"): 3_956,
-    ("saddlepoint", "user_jit"): 3_956,
-    ("saddlepoint", "grad"): 11_026,
-    ("rdp", "concrete"): 2_036,
-    ("rdp", "user_jit"): 2_484,
-    ("rdp", "grad"): 6_692,
-    ("characteristic_terms", "user_jit"): 3_341,
-    ("saddlepoint_terms", "user_jit"): 7_566,
+    ("characteristic", "user_jit"): 18_106,
+    ("saddlepoint", "concrete"): 3_938,
+    ("saddlepoint", "user_jit"): 3_938,
+    ("saddlepoint", "grad"): 11_024,
+    ("rdp", "concrete"): 1_281,
+    ("rdp", "user_jit"): 1_517,
+    ("rdp", "grad"): 4_769,
+    ("characteristic_terms", "user_jit"): 3_339,
+    ("saddlepoint_terms", "user_jit"): 7_562,
 }
 
 #: the ceilings: 3 % above the measurement
