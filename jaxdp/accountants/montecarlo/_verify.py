@@ -101,7 +101,7 @@ def _check_tau_rho(tau, rho):
 
 
 def _log_nu_simple(comp, direction, eps):
-    """Cor. 19 in logs, over a grid of lambda refined by golden section."""
+    """Cor. 19 in logs, over a grid of lambda refined around its best point."""
 
     def f(lam):
         k = comp.cgf_upper(lam, direction)
