@@ -11,8 +11,8 @@ iterations in ``log t`` with implicit gradients (a ``custom_jvp``, traced only w
 The Rényi-DP curve ``r(alpha) = sum_i n_i K_i(alpha - 1) / (alpha - 1)`` of a composition (quadrature for
 mixtures, so any real order works) is converted to (epsilon, delta) by Canonne, Kamath & Steinke (2020) /
 Asoodeh et al. (2021) and minimised over orders: a static grid of 200 orders ``alpha - 1 in [1e-2, 1e4]``, refined
-around the best (:func:`~jaxdp.numerics.minimize_on_grid`).  The conversion is a proven bound at every order; an order whose quadrature is
-unresolved is ``+inf`` (skipped), never a finite guess.
+around the best (:func:`~jaxdp.numerics.minimize_on_grid`).  The conversion is a proven bound at every order; an
+order whose quadrature is unresolved is ``+inf`` (skipped), never a finite guess.
 
 Method modules (``_saddlepoint``, ``_rdp``, ``_characteristic``, ``certified``, ...) register these as methods or
 use them as starting points, screens and fallbacks; they import this module and ``_cgf``, never one another.
