@@ -312,21 +312,20 @@ def minimize_on_grid(f, grid, *, width: int = 8, refine_rounds: int = 12):
     Returns ``(value, argmin)``.
     """
     grid = jnp.asarray(grid)
+    dtype = jnp.result_type(grid)
     n = grid.shape[0]
     half = width // 2
     chunks = -(-n // width)
     # (the last chunk padded with the last grid point: evaluated twice, never better than itself)
     padded = jnp.concatenate([grid, jnp.broadcast_to(grid[-1], (chunks * width - n,))])
-    frac = jnp.arange(1, half + 1, dtype=grid.dtype) / (half + 1)
-
-    dtype = jnp.result_type(grid)
+    frac = jnp.arange(1, half + 1, dtype=dtype) / (half + 1)
 
     def values(xs):
         raw = jax.vmap(lambda x: jax.lax.stop_gradient(f(x)))(xs).astype(dtype)
         return raw, nan_to(raw, jnp.inf)
 
     def body(k, state):
-        bi, bx, bv, a, b, raw0 = state
+        bx, bv, a, b, raw0 = state
         in_grid = k < chunks
         g_pts = jax.lax.dynamic_slice_in_dim(padded, jnp.minimum(k, chunks - 1) * width, width)
         left = bx - (bx - a) * frac  # nearest the best first
@@ -336,21 +335,15 @@ def minimize_on_grid(f, grid, *, width: int = 8, refine_rounds: int = 12):
         # the grid: the best point so far and its neighbours (the bracket the refinement starts from)
         j = argmin(vals)
         g_better = vals[j] < bv
-        g_i = jnp.where(g_better, jnp.minimum(k * width + j, n - 1), bi)
-        g_x = jnp.where(g_better, padded[jnp.minimum(k * width + j, chunks * width - 1)], bx)
+        i = jnp.minimum(k * width + j, n - 1)
+        g_x = jnp.where(g_better, g_pts[j], bx)
         g_v = jnp.where(g_better, vals[j], bv)
-        g_a, g_b = grid[jnp.maximum(g_i - 1, 0)], grid[jnp.minimum(g_i + 1, n - 1)]
+        g_a = jnp.where(g_better, grid[jnp.maximum(i - 1, 0)], a)
+        g_b = jnp.where(g_better, grid[jnp.minimum(i + 1, n - 1)], b)
         # a refinement round: the best of the points around it (its bracket ends never are: they bound it)
         seq = jnp.concatenate([a[None], left[::-1], bx[None], right, b[None]])
-        seq_v = jnp.concatenate(
-            [
-                jnp.full((1,), jnp.inf, vals.dtype),
-                vals[:half],
-                bv[None],
-                vals[half:],
-                jnp.full((1,), jnp.inf, vals.dtype),
-            ]
-        )
+        no = jnp.full((1,), jnp.inf, dtype)
+        seq_v = jnp.concatenate([no, vals[:half], bv[None], vals[half:], no])
         jj = argmin(seq_v)
         r_better = seq_v[jj] < bv
         r_x = jnp.where(r_better, seq[jj], bx)
@@ -359,11 +352,11 @@ def minimize_on_grid(f, grid, *, width: int = 8, refine_rounds: int = 12):
         r_a, r_b = seq[jnp.maximum(at - 1, 0)], seq[jnp.minimum(at + 1, 2 * half + 2)]
         raw0 = jnp.where(k == 0, raw[0], raw0)
         pick = lambda u, v: jnp.where(in_grid, u, v)  # noqa: E731
-        return pick(g_i, bi), pick(g_x, r_x), pick(g_v, r_v), pick(g_a, r_a), pick(g_b, r_b), raw0
+        return pick(g_x, r_x), pick(g_v, r_v), pick(g_a, r_a), pick(g_b, r_b), raw0
 
     inf = jnp.asarray(jnp.inf, dtype)
-    init = (jnp.asarray(0), grid[0], inf, grid[0], grid[0], inf)
-    _, x_best, best, _, _, raw0 = jax.lax.fori_loop(0, chunks + refine_rounds, body, init)
+    init = (grid[0], inf, grid[0], grid[jnp.minimum(1, n - 1)], inf)  # (the first grid point's bracket)
+    x_best, best, _, _, raw0 = jax.lax.fori_loop(0, chunks + refine_rounds, body, init)
     # (nothing finite: the first grid point's own value, NaN or infinite)
     value = jnp.where(jnp.isfinite(best), best, raw0)
     x_best = jax.lax.stop_gradient(x_best)
