@@ -342,6 +342,34 @@ def test_the_entry_points_program_traces_no_certified_start(monkeypatch):
             jax.eval_shape(lambda c: _characteristic.epsilon_characteristic(c, "remove", jnp.log(1e-5)), comp)
 
 
+def test_the_screens_estimate_starts_the_search_where_the_fallback_shares_it():
+    """Under a user's trace the entry points compute the certified fallback's screen once per direction and start
+    the contour search from its delta_2 estimate (``epsilon_or_nan_given_screen``); alone, the search starts from
+    ``epsilon_saddlepoint``'s.  Both solve for the same estimate, so the two forms agree far below the method's own
+    error (~1e-6), reliable or not, in both directions (one program, vmapped over the settings)."""
+    from jaxdp.accountants import _bounds
+
+    settings = np.array([[1.1, 0.01, 1000], [0.8, 0.05, 200], [2.0, 0.004, 5000], [1.0, 1e-3, 1]])
+
+    def both(s, q, n, add):
+        comp = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(s, q), n))
+        log_delta = jnp.log(1e-6)
+        stage = _bounds.screen_stage(comp, add, log_delta)
+        alone = _characteristic.epsilon_characteristic(comp, add, log_delta, unreliable="nan")
+        given = _characteristic.epsilon_characteristic(comp, add, log_delta, unreliable="nan", stage=stage)
+        return alone, given
+
+    with x64():
+        args = [jnp.asarray(np.repeat(settings[:, i], 2), jnp.float64) for i in range(3)]
+        add = jnp.tile(jnp.array([False, True]), len(settings))
+        alone, given = map(np.asarray, jax.jit(jax.vmap(both))(*args, add))
+    reliable = ~np.isnan(alone)
+    # (the last setting's remove direction: the contour cannot vouch for itself)
+    assert reliable[:6].all() and not reliable[6]
+    np.testing.assert_array_equal(np.isnan(given), ~reliable)
+    np.testing.assert_allclose(given[reliable], alone[reliable], rtol=1e-10)
+
+
 def test_public_terms_lie_in_the_numpy_bracket_and_report_small_errors():
     """``jaxdp.characteristic_terms``: its ``log_delta`` (the larger direction's) lies in the independent numpy
     FFT bracket of ``tests/_fft_reference.py`` (both directions, max taken), with a proven aliasing bound and an

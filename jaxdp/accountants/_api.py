@@ -20,9 +20,14 @@ from jaxdp.accountants import _bounds, _characteristic, _exact, _gil_pelaez, _rd
 from jaxdp.accountants import certified as _certified
 from jaxdp.accountants import montecarlo as _montecarlo
 from jaxdp.accountants._characteristic import CharacteristicResult
+from jaxdp.accountants._programs import (
+    epsilon_of_composition,
+    epsilon_with_fallback,
+    log_delta_of_composition,
+    log_delta_with_fallback,
+)
 from jaxdp.accountants._registry import (
     MethodInfo,
-    Screened,
     WithFallback,
     available_methods,
     check_supported,
@@ -33,9 +38,9 @@ from jaxdp.accountants._registry import (
     with_fallback,
 )
 from jaxdp.accountants._split_saddle import SplitTerms
-from jaxdp.accountants._staging import Facts, assume, assumed, of_concrete
+from jaxdp.accountants._staging import Facts, assume, of_concrete
 from jaxdp.mechanisms import Composition, Gaussian, Laplace, PoissonSubsampledGaussian, as_composition
-from jaxdp.numerics import NEAREST, float64_entry, float64_scope, nan_to, program_cache, to_f64
+from jaxdp.numerics import NEAREST, float64_entry, float64_scope, program_cache, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
@@ -110,121 +115,6 @@ def _prepare(mechanism, num_steps, method):
     comp = as_composition(mechanism, num_steps)
     check_supported(info, comp)
     return info, to_f64(comp), of_concrete(mechanism, num_steps)
-
-
-def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen=False):
-    """``max`` over the adjacency directions of ``get(info)(comp, direction, arg)``.
-
-    A :class:`Screened` method computes a later direction only where its screen's cheap certified bound exceeds
-    the worse value so far (with ``given_screen``, by ``epsilon_given_screen`` given the screen's stage, or its
-    epsilon where it has none).  Where the method and every mechanism take the direction as data, the two
-    directions are the two steps of one ``lax.scan`` (one traced copy of the method).
-    """
-    screen = method_info(info.screen) if isinstance(info, Screened) else None
-    reuse = info.epsilon_given_screen if (given_screen and screen is not None) else None
-
-    def one(worst, c, d, a):
-        if screen is None:
-            return _larger(worst, get(info)(c, d, a))
-        if reuse is not None and screen.epsilon_stage is not None:
-            stage = screen.epsilon_stage(c, d, a)
-            cheap = stage.epsilon
-        else:
-            stage = cheap = get(screen)(c, d, a)
-        full = jax.lax.cond(
-            ~(cheap <= worst),  # NaN computes it too
-            lambda c, a, s: get(info)(c, d, a) if reuse is None else reuse(c, d, a, s),
-            lambda c, a, s: jnp.asarray(-jnp.inf, jnp.float64),
-            c,
-            a,
-            stage,
-        )
-        return _larger(worst, full)
-
-    if len(comp.directions) == 2 and info.direction_as_data and comp.direction_as_data:
-        # remove, then add (the screen of the first compares with -inf: it is always computed)
-        worst, _ = jax.lax.scan(
-            lambda w, add: (one(w, comp, add, arg), None), jnp.asarray(-jnp.inf, jnp.float64), jnp.array([False, True])
-        )
-        return worst
-    worst = get(info)(comp, comp.directions[0], arg)
-    for d in comp.directions[1:]:
-        worst = one(worst, comp, d, arg)
-    return worst
-
-
-def _larger(a, b):
-    """``max(a, b)`` whose derivative is the larger one's alone (``jnp.maximum`` mixes in the
-    other's with weight 0, and 0 x NaN is NaN: a direction whose delta is exactly 0, such as
-    add adjacency past its largest loss, has a non-finite derivative).  NaN in either is NaN:
-    a direction that could not be evaluated is never dropped in favour of the other."""
-    return jnp.where(jnp.isnan(a) | jnp.isnan(b), jnp.nan, jnp.where(b > a, b, a))
-
-
-def log_delta_of_composition(comp: Composition, epsilon, method: str, or_nan: bool = False, facts: Facts | None = None):
-    """``log delta(eps)`` of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with
-    the method's ``log_delta_or_nan`` (NaN where it cannot vouch for its value).  ``facts``: what holds for
-    every ``comp`` it is called with (see ``_staging``; static)."""
-    with assume(facts):
-        return _log_delta_of_composition(comp, epsilon, method, or_nan)
-
-
-def _log_delta_of_composition(comp, epsilon, method, or_nan):
-    info = method_info(method)
-    get = (lambda i: i.log_delta_or_nan) if or_nan else (lambda i: i.log_delta)
-    log_delta = jnp.minimum(_worst_direction(comp, epsilon, info, get), 0.0)
-    # a bound that could not be evaluated is the vacuous delta = 1, never NaN
-    if info.certified and not assumed().light:
-        log_delta = nan_to(log_delta, 0.0)
-    return jnp.where(_valid_query(comp, epsilon, "epsilon"), log_delta, jnp.nan)
-
-
-def epsilon_of_composition(comp: Composition, delta, method: str, or_nan: bool = False, facts: Facts | None = None):
-    """epsilon of the worse direction (NaN for invalid traced inputs).  ``or_nan``: with the method's
-    ``epsilon_or_nan``.  ``facts``: as for :func:`log_delta_of_composition`."""
-    with assume(facts):
-        return _epsilon_of_composition(comp, delta, method, or_nan)
-
-
-def _epsilon_of_composition(comp, delta, method, or_nan):
-    info = method_info(method)
-    ok = _valid_query(comp, delta, "delta")
-    log_delta = jnp.log(jnp.where(ok, delta, 0.5))
-    get = (lambda i: i.epsilon_or_nan) if or_nan else (lambda i: i.epsilon)
-    eps = _worst_direction(comp, log_delta, info, get, given_screen=True)
-    if info.certified and not assumed().light:  # likewise the vacuous epsilon = inf
-        eps = nan_to(eps, jnp.inf)
-    return jnp.where(ok, eps, jnp.nan)
-
-
-def _valid_query(comp, arg, name):
-    """The traced inputs are in range: ``epsilon >= 0`` or ``0 < delta < 1``, finite, and a valid composition."""
-    if name == "epsilon":
-        return comp.valid() & jnp.isfinite(arg) & (arg >= 0)
-    return comp.valid() & jnp.isfinite(arg) & (arg > 0) & (arg < 1)
-
-
-def _with_fallback(of_composition, name):
-    """The public entry points' program: a :class:`WithFallback` method where it vouches for its value, its
-    ``fallback`` elsewhere (one ``lax.cond``; under ``vmap`` both run)."""
-
-    def program(comp, arg, method, facts: Facts | None = None):
-        info = method_info(method)
-        value = of_composition(comp, arg, method, or_nan=True, facts=facts)
-        reliable = ~jnp.isnan(value) | ~_valid_query(comp, arg, name)
-        return jax.lax.cond(
-            jnp.all(reliable),
-            lambda c, a: value,
-            lambda c, a: jnp.where(reliable, value, of_composition(c, a, info.fallback, facts=facts)),
-            comp,
-            arg,
-        )
-
-    return program
-
-
-log_delta_with_fallback = _with_fallback(log_delta_of_composition, "epsilon")
-epsilon_with_fallback = _with_fallback(epsilon_of_composition, "delta")
 
 
 def _run(info, facts, args, plain_jit, plain, with_fallback_jit):

@@ -264,16 +264,23 @@ def _solve_on_contour(contour: _Contour, log_delta, lo, hi, x0):
     return solve_decreasing(g, lo, hi, x0=x0)
 
 
-def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback"):
+def epsilon_characteristic(comp, direction, log_delta, unreliable="fallback", stage=None):
     """epsilon with ``delta(eps) = delta`` by the contour quadrature (estimate).
 
     Where the quadrature is not reliable (see :func:`log_delta_characteristic`) it falls back to the
     certified saddle-point epsilon, or gives NaN with ``unreliable="nan"`` (the entry points' form:
-    they then answer with the fallback, see ``with_fallback``).
+    they then answer with the fallback, see ``with_fallback``).  ``stage``: with ``unreliable="nan"``, the
+    certified fallback's screen stage (:class:`~jaxdp.accountants._bounds.ScreenStage`) where the caller has it:
+    its ``delta_2`` estimate starts the search, the one :func:`~jaxdp.accountants._bounds.epsilon_saddlepoint`
+    solves for otherwise (the two solves agree to their tolerance, ~1e-13 relative).
     """
     sg_comp = jax.lax.stop_gradient(comp)
     if unreliable == "nan":  # (no fallback to trace: the search starts from the delta_2 estimate)
-        est = jax.lax.stop_gradient(_bounds.epsilon_saddlepoint(comp, direction, log_delta))
+        if stage is None:
+            est = _bounds.epsilon_saddlepoint(comp, direction, log_delta)
+        else:  # the same estimate from the screen's solve (a user's trace holding the fallback solves it once)
+            est = stage.estimate
+        est = jax.lax.stop_gradient(est)
         fallback = jnp.nan
         eps0 = jnp.where(jnp.isfinite(est), est, 1.0)
     else:
@@ -330,5 +337,6 @@ METHODS = (
         fallback="certified",
         log_delta_or_nan=log_delta_characteristic_or_nan,
         epsilon_or_nan=functools.partial(epsilon_characteristic, unreliable="nan"),
+        epsilon_or_nan_given_screen=lambda c, d, a, s: epsilon_characteristic(c, d, a, unreliable="nan", stage=s),
     ),
 )

@@ -89,11 +89,14 @@ class WithFallback(MethodInfo):
     """An estimate the entry points replace by the method ``fallback`` wherever it cannot vouch for its value.
     Made by :func:`with_fallback`; ``log_delta_or_nan`` / ``epsilon_or_nan`` are the estimate's functions with NaN
     there.  Its own ``log_delta`` / ``epsilon`` (the internal callers', the calibrators') keep their in-program
-    answer there."""
+    answer there.  ``epsilon_or_nan_given_screen`` (optional, where the fallback is :class:`Screened`):
+    ``epsilon_or_nan`` given the stage of the fallback's screen (agreeing with ``epsilon_or_nan`` to the solvers'
+    tolerance); under a user's trace the entry points then compute that stage once per direction, for both."""
 
     fallback: str = ""
     log_delta_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
     epsilon_or_nan: Callable | None = dataclasses.field(default=None, repr=False)
+    epsilon_or_nan_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
 
 
 def _fields_of(method: MethodInfo) -> dict:
@@ -123,16 +126,27 @@ def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | No
 
 
 def with_fallback(
-    method: MethodInfo, *, fallback: str, log_delta_or_nan: Callable, epsilon_or_nan: Callable
+    method: MethodInfo,
+    *,
+    fallback: str,
+    log_delta_or_nan: Callable,
+    epsilon_or_nan: Callable,
+    epsilon_or_nan_given_screen: Callable | None = None,
 ) -> WithFallback:
     """The estimate ``method``, answered by the method named ``fallback`` wherever ``log_delta_or_nan`` /
     ``epsilon_or_nan`` give NaN (see :class:`WithFallback`).
 
     Under a user's ``jit``/``vmap``/``grad`` the entry points trace both in one program (a ``lax.cond``); called on
     concrete values they run the estimate's program, and compile the fallback's only where it answered NaN.
+    ``epsilon_or_nan_given_screen(composition, direction, log_delta, stage)``: where the fallback is screened, the
+    estimate's epsilon given the screen's ``epsilon_stage`` (traced once for both, see :class:`WithFallback`).
     """
     return WithFallback(
-        **_fields_of(method), fallback=fallback, log_delta_or_nan=log_delta_or_nan, epsilon_or_nan=epsilon_or_nan
+        **_fields_of(method),
+        fallback=fallback,
+        log_delta_or_nan=log_delta_or_nan,
+        epsilon_or_nan=epsilon_or_nan,
+        epsilon_or_nan_given_screen=epsilon_or_nan_given_screen,
     )
 
 
@@ -175,9 +189,10 @@ def register_methods(infos) -> None:
         for field in required:
             if not callable(getattr(info, field)):
                 raise ValueError(f"{kind}.{field} of {info.name!r} must be callable.")
-        given = getattr(info, "epsilon_given_screen", None)
-        if given is not None and not callable(given):
-            raise ValueError(f"{kind}.epsilon_given_screen of {info.name!r} must be callable or None.")
+        for field in ("epsilon_given_screen", "epsilon_or_nan_given_screen"):
+            given = getattr(info, field, None)
+            if given is not None and not callable(given):
+                raise ValueError(f"{kind}.{field} of {info.name!r} must be callable or None.")
         for field in ("companion", "screen", "fallback"):
             other = getattr(info, field, None)
             if other is not None and other not in names and other not in _METHODS:
