@@ -3,8 +3,8 @@
 Runs every accountant in one process on the same cases (the epsilon rows of
 ``tests/reference_values.py``) and writes markdown tables of epsilon's relative error against the reference
 oracle and of the time per query (median of ``--repeats`` runs, after JIT compilation for jaxdp), plus speed
-ratios, under the runner's provenance line.  Every built-in method runs (but ``exact``, for Gaussians only, and
-the ``saddlepoint-split`` alias), the default (``certified``) first.
+ratios, under the runner's provenance line.  Every built-in method runs (but ``exact``, for Gaussians only), the
+default (``certified``) first.
 
     python -m benchmarks accountants [--repeats 5] [--no-prv] [--out benchmarks/results/foundation.md]
 """
@@ -31,11 +31,11 @@ import jaxdp  # noqa: E402
 JAXDP_METHODS = [
     "certified",
     "certified-fast",
-    "saddlepoint-certified",
+    "delta2-certified",
     "characteristic",
     "saddlepoint",
-    "saddlepoint-delta2",
-    "characteristic-real",
+    "delta2",
+    "gil-pelaez",
     "rdp",
 ]
 
@@ -110,7 +110,7 @@ def to_markdown(results, repeats):
         "# Accountant benchmark: epsilon for Poisson-subsampled Gaussian DP-SGD settings",
         "",
         f"jaxdp's methods are the columns before the peers', the default (`certified`) first; `jaxdp methods` says "
-        "which are proven upper bounds (certified, certified-fast, saddlepoint-certified, rdp). "
+        "which are proven upper bounds (certified, certified-fast, delta2-certified, rdp). "
         f"Time: median of {repeats} queries after "
         f"compilation (peers: median of max(1, {repeats}//3) runs, prv_accountant one run). Relative error against "
         "the reference oracle (`tests/reference_values.py`), whose epsilon is solved to 1e-5 absolute: a certified "

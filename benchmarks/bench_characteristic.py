@@ -4,7 +4,7 @@
 
 On this machine, in one process:
 * every delta row and every epsilon row of the reference table: jaxdp ``characteristic``, the
-  real-axis (Gil-Pelaez) inversion ``characteristic-real`` -- to show where it breaks -- and the
+  real-axis (Gil-Pelaez) inversion ``gil-pelaez`` -- to show where it breaks -- and the
   peers' stored values, each with its relative error against the reference oracle;
 * one epsilon(delta) query per reference epsilon row, median after compilation, against
   dp_accounting's PLD accountant (discretisation 1e-4) and prv_accountant (eps_error 1e-3) run
@@ -40,7 +40,7 @@ def _fmt(x, spec=".6g"):
 def delta_rows(lines):
     lines += ["## Delta rows (delta(eps), add-or-remove): relative error against the reference", ""]
     lines += [
-        "| case | eps | reference delta | characteristic | rel. err | characteristic-real | rel. err "
+        "| case | eps | reference delta | characteristic | rel. err | gil-pelaez | rel. err "
         "| dp_accounting PLD rel. err | prv_accountant rel. err |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -49,7 +49,7 @@ def delta_rows(lines):
         m = mechanism_for_row(r)
         cf = float(jaxdp.delta_for_epsilon(m, epsilon=r["epsilon"], num_steps=r["steps"], method="characteristic"))
         real = float(
-            jaxdp.delta_for_epsilon(m, epsilon=r["epsilon"], num_steps=r["steps"], method="characteristic-real")
+            jaxdp.delta_for_epsilon(m, epsilon=r["epsilon"], num_steps=r["steps"], method="gil-pelaez")
         )
         worst = max(worst, abs(cf - r["delta"]) / r["delta"])
         lines.append(
@@ -59,7 +59,7 @@ def delta_rows(lines):
         )
     lines += ["", f"Worst characteristic relative delta error: {worst:.1e} (target <= 1e-3).", ""]
     lines += [
-        "`characteristic-real` inverts on the real axis: delta = Pr_P[L > eps] - e^eps Pr_Q[L > eps] with both",
+        "`gil-pelaez` inverts on the real axis: delta = Pr_P[L > eps] - e^eps Pr_Q[L > eps] with both",
         "tails from the Gil-Pelaez integral.  The tails are accurate to ~1e-16 *absolute*, so the difference",
         "loses all its digits once delta is below ~1e-10 (and may come out zero or negative: shown as 0).",
         "",
@@ -74,7 +74,7 @@ def epsilon_rows(lines, peers):
         "dp_accounting PLD at its default-like discretisation 1e-4 and at 1e-5 (the accuracy jaxdp reaches, "
         "~1e-6, needs at least that), prv_accountant with eps_error 1e-3.",
         "",
-        "| case | steps | delta | reference eps | characteristic rel. err | characteristic-real rel. err "
+        "| case | steps | delta | reference eps | characteristic rel. err | gil-pelaez rel. err "
         "| jaxdp ms | PLD 1e-4 rel. err | s | ratio | PLD 1e-5 rel. err | s | ratio | prv rel. err | prv s | ratio |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -86,7 +86,7 @@ def epsilon_rows(lines, peers):
             return jaxdp.epsilon_for_delta(m, delta=r["delta"], num_steps=r["steps"], method=method)
 
         cf = float(query())
-        real = float(query(method="characteristic-real"))
+        real = float(query(method="gil-pelaez"))
         t = median_time(query, repeats=10)
         times.append(t)
         worst = max(worst, abs(cf - r["epsilon"]) / r["epsilon"])

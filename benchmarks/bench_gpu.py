@@ -16,7 +16,7 @@ becomes a table row (its text) and the run goes on.
 2. The delta ~ 7e-10 case of section 2 (sigma 1, q 0.01, 2000 steps, eps 4, ``remove``, tilted): relative
    standard error and seconds with 1e6 and 1e8 samples.
 3. ``jax.jit(jax.vmap(epsilon_for_delta))`` over the issue's random grid (``bench_saddlepoint.py``
-   ``_issue_targets``: 10,000 configurations, seed 0) for ``saddlepoint`` and ``saddlepoint-delta2``, 1,000 and
+   ``_issue_targets``: 10,000 configurations, seed 0) for ``saddlepoint`` and ``delta2``, 1,000 and
    10,000 at once; compile time apart; non-finite results counted.
 4. One epsilon query (sigma 1, q 1e-3, 1e4 steps, delta 1e-6) under ``jax.jit``: median of 20 calls.
 5. Item 3 for ``characteristic`` (last of the sweeps: its vmapped program also runs its certified fallback).
@@ -58,7 +58,7 @@ import jaxdp  # noqa: E402
 
 PSG = jaxdp.PoissonSubsampledGaussian
 ESTIMATORS = ("simple", "tilted", "tilted-one")
-SWEEP_METHODS = ("saddlepoint", "saddlepoint-delta2", "characteristic")
+SWEEP_METHODS = ("saddlepoint", "delta2", "characteristic")
 
 # The 2-core CPU figures these are compared with (benchmarks/results/montecarlo.md section 5, re-run on an idle
 # machine; benchmarks/results/saddlepoint.md "The issue's targets", where 10,000 ran as lax.map(batch_size=1000)).
@@ -66,8 +66,8 @@ CPU_MC_RATE = {"simple": 2.34e7, "tilted": 2.26e7, "tilted-one": 1.82e7}
 CPU_NAIVE_RATE = 1.20e7  # jax.jit(lambda k: m.sample_privacy_loss(k, (2**16, 1000)).sum(1)), x64
 CPU_TINY = {"samples": 1_000_000, "seconds": 130.9, "rel_stderr": 0.0039}  # seconds include compilation
 CPU_SWEEP_S = {("saddlepoint", 1000): 10.94, ("saddlepoint", 10_000): 97.15}
-CPU_SWEEP_S.update({("saddlepoint-delta2", 1000): 0.58, ("saddlepoint-delta2", 10_000): 6.50})
-CPU_QUERY_MS = {"saddlepoint": 4.55, "saddlepoint-delta2": 0.99}
+CPU_SWEEP_S.update({("delta2", 1000): 0.58, ("delta2", 10_000): 6.50})
+CPU_QUERY_MS = {"saddlepoint": 4.55, "delta2": 0.99}
 TARGET_MC_RATE, TARGET_SWEEP_S, TARGET_QUERY_MS = 2e7, 3.0, 2.0
 
 # The tiny-delta row: tests/reference_values.py case psg_1.0_0.01_2000 at eps = 4 (add_or_remove delta; the

@@ -44,14 +44,14 @@ def _issue_targets():
     lines = ["", "## The issue's targets: one query, and sweeps over its random grid", ""]
     lines += [
         "Grid: sigma uniform in [0.5, 5]; q, steps and delta log-uniform in [1e-4, 0.5], [1, 1e6], [1e-15, 1e-3]",
-        "(seed 0), add_or_remove.  `saddlepoint-delta2` is what `saddlepoint` returned until this change.",
+        "(seed 0), add_or_remove.  `delta2` is what `saddlepoint` returned until this change.",
         "Targets: <= 2 ms a query after compilation, 10,000 vmapped configurations <= 3 s.",
         "",
-        "| what | saddlepoint | saddlepoint-delta2 | ratio |",
+        "| what | saddlepoint | delta2 | ratio |",
         "|---|---|---|---|",
     ]
     res = {}
-    for method in ["saddlepoint", "saddlepoint-delta2"]:
+    for method in ["saddlepoint", "delta2"]:
         f = jax.jit(lambda s, m=method: _eps(m, s, 1e-3, 10_000, 1e-6))
         res[(method, "q")] = median_time(lambda f=f: f(1.0), repeats=30)
     rng = np.random.default_rng(0)
@@ -61,7 +61,7 @@ def _issue_targets():
     steps = jnp.asarray(np.round(np.exp(rng.uniform(0.0, np.log(1e6), n))))
     dl = jnp.asarray(np.exp(rng.uniform(np.log(1e-15), np.log(1e-3), n)))
     xs = jnp.stack([sig, q, steps, dl], axis=1)
-    for method in ["saddlepoint", "saddlepoint-delta2"]:
+    for method in ["saddlepoint", "delta2"]:
         vf = jax.jit(jax.vmap(lambda a, m=method: _eps(m, a[0], a[1], a[2], a[3])))
         res[(method, "v1")] = median_time(functools.partial(vf, xs[:1000]), repeats=2)
         mf = jax.jit(
@@ -75,11 +75,11 @@ def _issue_targets():
         ("v1", "jax.vmap over 1,000 configurations", "s"),
         ("v10", "10,000 configurations, jax.lax.map(batch_size=1000)", "s"),
     ]:
-        a_, b_ = res[("saddlepoint", key)], res[("saddlepoint-delta2", key)]
+        a_, b_ = res[("saddlepoint", key)], res[("delta2", key)]
         scale = 1e3 if unit == "ms" else 1.0
         lines.append(f"| {what} | {a_ * scale:.2f} {unit} | {b_ * scale:.2f} {unit} | {a_ / b_:.1f}x |")
     lines.append(
-        f"| non-finite results of the 10,000 | {res[('saddlepoint', 'nan')]} | {res[('saddlepoint-delta2', 'nan')]} | |"
+        f"| non-finite results of the 10,000 | {res[('saddlepoint', 'nan')]} | {res[('delta2', 'nan')]} | |"
     )
     acc = os.path.join(HERE, "results", "saddlepoint_accuracy.md")
     if os.path.exists(acc):  # the before/after error distribution (bench_saddlepoint_accuracy.py)
@@ -163,7 +163,7 @@ def main():
     lines += ["## One epsilon(delta) query (sigma=1, q=0.01, delta=1e-5), median after compilation", ""]
     lines += ["| method | 1e3 steps | 1e6 steps | ratio 1e6/1e3 |", "|---|---|---|---|"]
     single = {}
-    for method in ["saddlepoint", "saddlepoint-delta2", "saddlepoint-certified", "rdp"]:
+    for method in ["saddlepoint", "delta2", "delta2-certified", "rdp"]:
         t3 = median_time(lambda m=method: _eps(m, 1.0, 0.01, 1000, 1e-5))
         t6 = median_time(lambda m=method: _eps(m, 1.0, 0.01, 1_000_000, 1e-5))
         single[method] = t3
@@ -189,7 +189,7 @@ def main():
             sig = jnp.asarray(rng.uniform(0.5, 3.0, n))
             q = jnp.asarray(np.exp(rng.uniform(np.log(1e-3), np.log(0.1), n)))
             steps = jnp.asarray(np.round(np.exp(rng.uniform(np.log(100), np.log(1e5), n))))
-            for method in ["saddlepoint", "saddlepoint-delta2"]:
+            for method in ["saddlepoint", "delta2"]:
                 if not (method == "saddlepoint" and n > 1000):  # (~1 GB per 1,000 in one plain vmap)
                     vf = jax.jit(jax.vmap(lambda s, qq, nn, m=method: _eps(m, s, qq, nn, 1e-5)))
                     dt = median_time(functools.partial(vf, sig, q, steps), repeats=2)

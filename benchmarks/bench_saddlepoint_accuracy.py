@@ -6,7 +6,7 @@ reference rows (issue: a millisecond estimate that is right where DP-SGD is run)
 For every configuration, epsilon(delta) (add_or_remove) from
 
 * ``before``: the one-Gaussian saddle-point delta_2 (what ``method="saddlepoint"`` returned until the split
-  became the default; now ``method="saddlepoint-delta2"``, and the starting point of the other accountants);
+  became the default; now ``method="delta2"``, and the starting point of the other accountants);
 * ``after``: the split estimate (``_split_saddle.epsilon_estimate``), ``method="saddlepoint"``;
 * the reference: ``method="characteristic"`` (agrees with prv_accountant / dp_accounting's PLD to ~1e-6
   where they work; where its contour cannot vouch for itself it returns the tight ``certified`` bound).

@@ -17,7 +17,7 @@ QUICK_CPU_FLAG = f"--{_NAME}={str(_VALUE).lower()}"
 
 #: a check of machinery that any saddle-point estimate exercises: on the cheap one-Gaussian ``delta_2`` program in the
 #: default run, on the split estimate (a compile of 1-8 min on two cores) with ``-m slow``
-DELTA2_THEN_SPLIT = ["saddlepoint-delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)]
+DELTA2_THEN_SPLIT = ["delta2", pytest.param("saddlepoint", marks=pytest.mark.slow)]
 
 
 @contextlib.contextmanager

@@ -192,7 +192,7 @@ class AccountantConformance:
             vals[adj] = float(jaxdp.epsilon_for_delta(m, delta=1e-6, num_steps=200, method=self.method))
         # add-or-remove runs both directions through one traced copy (the direction a traced flag, the remove
         # quadrature on the add direction's node count), a single direction through the string path: two code
-        # paths that agree to the quadrature's accuracy (measured 8e-9 for saddlepoint-certified, <1e-13 else)
+        # paths that agree to the quadrature's accuracy (measured 8e-9 for delta2-certified, <1e-13 else)
         assert vals["add_or_remove"] == pytest.approx(max(vals["remove"], vals["add"]), rel=self.directions_rtol)
         assert vals["remove"] != pytest.approx(vals["add"], rel=1e-2)  # the directions do differ here
 

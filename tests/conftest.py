@@ -94,7 +94,7 @@ SLOW_TESTS = {
     "tests/test_montecarlo.py::test_second_moment_bounds_dominate_the_empirical_second_moment",  # 35 s
     "tests/test_fixed_batch.py::test_cli_verify_online_and_sweep_take_fixed_batches",  # 28 s
     "tests/test_montecarlo.py::test_heterogeneous_composition_and_mixture_against_certified",  # 27 s
-    "tests/test_schedules.py::test_stacked_equals_part_by_part[saddlepoint-certified]",  # 26 s
+    "tests/test_schedules.py::test_stacked_equals_part_by_part[delta2-certified]",  # 26 s
     "tests/test_user_mode.py::test_cheap_accountants_under_user_transformations[delta-rdp]",  # 23 s
     "tests/test_soundness.py::test_lattice_split_rounds_up_where_the_q_mass_underflows",  # 23 s
     "tests/test_schedules.py::test_stacked_equals_part_by_part[rdp]",  # 21 s
@@ -132,10 +132,10 @@ SLOW_TESTS = {
     # 2026-11-27 (issue 42, second cut; CPU-s of trace + lower + compile in a cold run on a loaded machine):
     # forms a cheaper default test already checks
     "tests/test_calibrate.py::test_default_method_gradients_match_finite_differences",  # 231: the implicit
-    # gradient is checked through saddlepoint-delta2 (test_implicit_gradients_match_finite_differences)
+    # gradient is checked through delta2 (test_implicit_gradients_match_finite_differences)
     "tests/test_calibrate.py::test_split_estimate_calibrates_where_delta_2_overshoots",  # 138
     "tests/test_calibrate.py::test_vmap_equals_the_array_call",  # 84 (arrays: test_jit_equals_eager_...)
-    # 182: zero weights stay checked through rdp and saddlepoint-delta2 (and test_padded_gradients_...)
+    # 182: zero weights stay checked through rdp and delta2 (and test_padded_gradients_...)
     "tests/test_zero_weight.py::test_padding_with_zero_weights_changes_no_value[certified-fast-add_or_remove-fixed_batch]",
     "tests/test_saddlepoint_split.py::test_indicator_flags_an_estimate_that_depends_on_the_split_point[1]",  # 161
     "tests/test_saddlepoint_split.py::test_group_mixtures[(1.5, 0.0001, 16, 100000, 1e-08)-2.0240404]",  # 104
@@ -158,11 +158,11 @@ SLOW_TESTS = {
     # test_count_of_jumps_over_heterogeneous_steps_is_poisson_binomial and the [0.42, 0.54, 0.58] schedule row
     "tests/test_saddlepoint_split.py::test_a_schedule_is_never_below_its_own_first_step",
     # certified's own one-step Gaussian program; the same cause (a saddle point past the old bracket, in shared
-    # search code) stays checked through certified-fast and saddlepoint-certified
+    # search code) stays checked through certified-fast and delta2-certified
     "tests/test_soundness.py::test_tiny_noise_gaussian_at_delta_1e30[certified]",
     # issue 42, fourth cut: a move leaves the default run only when every default user of its programs goes too.
     # The split estimate's stacked program in a one-segment stack (its stacks: test_saddlepoint_split's schedule
-    # rows) and characteristic's (the stack = i.i.d. identity is Composition's, checked on saddlepoint-certified)
+    # rows) and characteristic's (the stack = i.i.d. identity is Composition's, checked on delta2-certified)
     "tests/test_schedules.py::test_one_segment_stack_equals_the_mechanism[saddlepoint]",
     "tests/test_schedules.py::test_one_segment_stack_equals_the_mechanism[characteristic]",
     # full-lattice certified's remove-direction program (one program for both); one direction against the
@@ -170,7 +170,7 @@ SLOW_TESTS = {
     "tests/test_certified_properties.py::test_one_direction_between_dp_accounting_pld_bounds[remove]",
     "tests/test_certified_properties.py::test_remove_direction_between_prv_accountant_bounds",
     # certified-fast's one-step programs (Gaussian; PSG add, epsilon and log delta): the same causes sit in search
-    # code certified-fast shares with saddlepoint-certified, whose forms stay; the adversarial sample holds psg/add
+    # code certified-fast shares with delta2-certified, whose forms stay; the adversarial sample holds psg/add
     # and psg_lmax/add through certified-fast
     "tests/test_soundness.py::test_tiny_noise_gaussian_at_delta_1e30[certified-fast]",
     "tests/test_soundness.py::test_add_direction_with_little_noise[certified-fast]",
@@ -195,20 +195,20 @@ SLOW_TESTS = {
     # gradients and jit forms (test_tight_sigma_for_the_reference_budget keeps the concrete calibration,
     # test_user_mode's calibrators under jit(grad) the implicit gradient)
     "tests/test_calibrate.py::test_never_overshoots_on_a_grid_of_budgets",
-    "tests/test_calibrate.py::test_implicit_gradients_match_finite_differences[saddlepoint-delta2]",
+    "tests/test_calibrate.py::test_implicit_gradients_match_finite_differences[delta2]",
     "tests/test_calibrate.py::test_jit_equals_eager_and_no_recompilation",
     # characteristic's certified fallback in a program of its own; the conservative answer where the contour cannot
     # resolve the law stays (test_unresolvable_spike_is_flagged_and_answered_conservatively)
     "tests/test_characteristic.py::test_unreliable_regime_answers_with_the_certified_bound",
     # certified vmapped over a grid (vmap stays on rdp, exact, the split estimate and Monte Carlo)
     "tests/test_certified.py::test_bound_grows_with_steps_and_q_and_shrinks_with_sigma",
-    # the split estimate's log-delta gradient (its epsilon gradient stays, and this check on saddlepoint-certified)
+    # the split estimate's log-delta gradient (its epsilon gradient stays, and this check on delta2-certified)
     "tests/test_saddlepoint.py::test_gradient_finite_where_one_direction_has_zero_delta[saddlepoint]",
     # the split estimate's terms program (saddlepoint_terms' doctest keeps the entry point) and a second group row
     "tests/test_saddlepoint_split.py::test_saddlepoint_terms_report_the_estimate_and_a_small_indicator",
     "tests/test_saddlepoint_split.py::test_group_mixtures[(0.84, 0.00219, 16, 320, 3.1e-09)-13.4268028]",
-    # padded gradients (padding's values stay checked on rdp and saddlepoint-delta2)
-    "tests/test_zero_weight.py::test_padded_gradients_match_the_unpadded_ones[saddlepoint-delta2]",
+    # padded gradients (padding's values stay checked on rdp and delta2)
+    "tests/test_zero_weight.py::test_padded_gradients_match_the_unpadded_ones[delta2]",
     # Monte Carlo: the verifier in a calibration, 1e-10 (a long run), the one-step tilt's reference row (the
     # full tilt's stays)
     "tests/test_montecarlo.py::test_certify_evr_in_a_calibration",
@@ -218,7 +218,7 @@ SLOW_TESTS = {
     # against the reference rows stays)
     "tests/test_fixed_batch.py::test_cli_calibrate_fixed_batch",
     "tests/test_fixed_batch.py::test_monotone_in_group_size_and_batch_size",
-    # certified-fast's composed tiny-noise Gaussian; saddlepoint-certified's stays (the search code they share)
+    # certified-fast's composed tiny-noise Gaussian; delta2-certified's stays (the search code they share)
     "tests/test_soundness.py::test_tiny_noise_gaussian_composed_at_delta_1e169[certified-fast]",
     # four of the samplers' five moment checks, each run op by op; remove/psg stays
     "tests/test_mechanisms.py::test_sampler_moments_match_cgf_derivatives[add-psg]",
@@ -228,7 +228,7 @@ SLOW_TESTS = {
     # issue 42, sixth cut, read off the profile's sharing table (benchmarks/suite_profile.py: what leaving the
     # default run saves, counting only the programs no default test shares):
     # certified's log-delta gradient (100 s, its two gradient programs no other test shares); the gradient rule at
-    # the boundary stays checked through rdp, exact, saddlepoint, saddlepoint-certified and saddlepoint-delta2, and
+    # the boundary stays checked through rdp, exact, saddlepoint, delta2-certified and delta2, and
     # certified's own derivative pieces through test_wide_cells_loop_has_the_derivative_of_its_values
     "tests/test_certified.py::TestCertifiedConformance::test_grad_delta_wrt_sigma",
     # certified-fast's own jitted program (32 s); no recompilation stays checked on certified, rdp, exact and
@@ -249,7 +249,7 @@ SLOW_TESTS = {
     "tests/test_online.py::test_the_command_line_says_which_steps_are_refused",
     # exact's log delta in a user's transformations (its epsilon there stays)
     "tests/test_user_mode.py::test_cheap_accountants_under_user_transformations[delta-exact]",
-    # rdp's fixed-batch program padded with zero weights (23 s; padding stays checked through saddlepoint-delta2 on a
+    # rdp's fixed-batch program padded with zero weights (23 s; padding stays checked through delta2 on a
     # fixed batch, a Poisson group and a hand-made mixture), and the split estimate's vmap against a loop of eager
     # calls (22 s of eager calls; vmap == loop on the same program stays in TestSaddlepointConformance)
     "tests/test_zero_weight.py::test_padding_with_zero_weights_changes_no_value[rdp-add_or_remove-fixed_batch]",
@@ -281,7 +281,7 @@ SLOW_TESTS = {
     # an epsilon solve under a user's jit and jit(grad) in a child process (22 s); the default run keeps the
     # calibrators' jit(grad) there (the same delta_2 solve, differentiated through the calibration), exact under
     # jit, and delta_2 under a user's jit in-process (TestSaddlepointDelta2Conformance)
-    "tests/test_user_mode.py::test_cheap_accountants_under_user_transformations[epsilon-saddlepoint-delta2]",
+    "tests/test_user_mode.py::test_cheap_accountants_under_user_transformations[epsilon-delta2]",
 }
 
 

@@ -3,7 +3,7 @@
 References: the tight sigma for eps = 8, delta = 1e-5, q = 0.01, 2000 steps from the shared oracle
 (``reference_values.SIGMA_STAR_EPS8``, with dp_accounting's PLD calibration 0.64342 beside it), and
 dp_accounting's own accountants run live.  Compilation dominates the cost here, so most logic checks
-use the cheap ``saddlepoint`` / ``saddlepoint-certified`` pair; the default pair
+use the cheap ``saddlepoint`` / ``delta2-certified`` pair; the default pair
 (``characteristic`` / ``certified-fast``) is compiled once, for scalars, and reused.
 """
 
@@ -22,7 +22,7 @@ import jaxdp
 
 # the calibrators' machinery on the fastest programs (delta_2 compiles in ~3 s, the split estimate in ~10 s);
 # the split estimate's own path: test_implicit_gradients_match_finite_differences, test_split_estimate_calibrates_...
-CHEAP = {"method": "saddlepoint-delta2", "certify": "saddlepoint-certified"}
+CHEAP = {"method": "delta2", "certify": "delta2-certified"}
 RDP_PAIR = {"method": "rdp", "certify": "rdp"}
 
 
@@ -174,12 +174,12 @@ def test_vmap_equals_the_array_call():
     derivative once sent the batched Newton astray (sigma 2.83 instead of 0.818)."""
     q = np.array([0.001, 0.0353498, 0.01, 0.1])
     steps = np.array([100.0, 100.0, 2000.0, 300.0])
-    arr = _sigma(target=4.0, q=q, steps=steps, method="saddlepoint-delta2", certify=None)
+    arr = _sigma(target=4.0, q=q, steps=steps, method="delta2", certify=None)
     with x64():
         f = jax.jit(
             jax.vmap(
                 lambda a, b: _sigma(
-                    target=4.0, q=a, steps=b, method="saddlepoint-delta2", certify=None
+                    target=4.0, q=a, steps=b, method="delta2", certify=None
                 ).noise_multiplier
             )
         )
@@ -240,7 +240,7 @@ def test_split_estimate_calibrates_where_delta_2_overshoots():
     over 5 % more noise."""
     kw = dict(target_epsilon=0.5551397, delta=1e-6, sampling_prob=1e-3, num_steps=10_000, certify=None)
     split = jaxdp.calibrate_noise_multiplier(**kw, method="saddlepoint")
-    plain = jaxdp.calibrate_noise_multiplier(**kw, method="saddlepoint-delta2")
+    plain = jaxdp.calibrate_noise_multiplier(**kw, method="delta2")
     assert int(split.status) == 0
     assert float(split.epsilon_estimate) == pytest.approx(0.5551397, rel=1e-8)
     assert float(split.noise_multiplier) == pytest.approx(1.0, rel=5e-3)
@@ -287,7 +287,7 @@ def test_the_certified_check_leaves_the_gradient_alone():
     gradient of log sigma is the estimate's, so d sigma scales with sigma itself."""
 
     def f(t, certify):
-        return _sigma(target=t, q=0.02, steps=1000, method="saddlepoint-delta2", certify=certify).noise_multiplier
+        return _sigma(target=t, q=0.02, steps=1000, method="delta2", certify=certify).noise_multiplier
 
     with x64():
         x = jnp.float64(4.0)
@@ -314,12 +314,12 @@ def _schedule(sigma):
 def test_mechanism_families(family, steps):
     """A group of two and a two-phase noise schedule (sigma, then 2 sigma at twice the rate)."""
     r = jaxdp.calibrate_noise_multiplier(
-        target_epsilon=6.0, delta=1e-5, num_steps=steps, mechanism=family, method="saddlepoint-delta2", certify=None
+        target_epsilon=6.0, delta=1e-5, num_steps=steps, mechanism=family, method="delta2", certify=None
     )
     sigma = float(r.noise_multiplier)
     assert int(r.status) == 0 and np.isnan(float(r.sampling_prob))
 
-    def eps(s, method="saddlepoint-delta2"):
+    def eps(s, method="delta2"):
         return float(jaxdp.epsilon_for_delta(family(s), delta=1e-5, num_steps=steps, method=method))
 
     assert float(r.epsilon_estimate) == pytest.approx(6.0, rel=1e-8)  # the saddle-point estimate it solved

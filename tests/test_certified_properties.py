@@ -187,9 +187,9 @@ def test_the_default_falls_back_where_certified_does_not_apply():
 
     lap = jaxdp.Laplace(1.0)
     mixed = jaxdp.Composition.of((lap, 2), (jaxdp.Gaussian(3.0), 5))
-    assert jaxdp.default_method(lap) == jaxdp.default_method(mixed) == "saddlepoint-certified"
-    assert cli.DEFAULT_METHOD == "certified" and cli.FALLBACK_METHOD == "saddlepoint-certified"
+    assert jaxdp.default_method(lap) == jaxdp.default_method(mixed) == "delta2-certified"
+    assert cli.DEFAULT_METHOD == "certified" and cli.FALLBACK_METHOD == "delta2-certified"
     got = float(jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3))
-    assert got == float(jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3, method="saddlepoint-certified"))
+    assert got == float(jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3, method="delta2-certified"))
     with pytest.raises(ValueError, match="method='certified' does not support Laplace"):
         jaxdp.delta_for_epsilon(lap, epsilon=1.5, num_steps=3, method="certified")

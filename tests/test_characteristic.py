@@ -160,7 +160,7 @@ def test_agrees_with_the_saddle_point_accountant(sigma, q, steps):
     for delta in [1e-5, 1e-10]:
         cf = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="characteristic"))
         sp = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint"))
-        upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-certified"))
+        upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="delta2-certified"))
         assert sp == pytest.approx(cf, rel=0.01)
         assert upper >= cf
 
@@ -243,7 +243,7 @@ def test_real_axis_inversion_agrees_at_large_delta_and_breaks_at_small_delta():
 
     def rel(eps):
         exact = float(jaxdp.delta_for_epsilon(m, epsilon=eps, num_steps=n, method="exact"))
-        real = float(jaxdp.delta_for_epsilon(m, epsilon=eps, num_steps=n, method="characteristic-real"))
+        real = float(jaxdp.delta_for_epsilon(m, epsilon=eps, num_steps=n, method="gil-pelaez"))
         return abs(real - exact) / exact
 
     assert rel(1.0) < 1e-5  # delta ~ 6e-3
@@ -265,7 +265,7 @@ def test_real_axis_gradient_is_that_of_an_accurate_method():
                 )
             )
 
-        real = float(jax.grad(log_delta("characteristic-real"))(1.1))  # -37.02 (measured)
+        real = float(jax.grad(log_delta("gil-pelaez"))(1.1))  # -37.02 (measured)
         want = central_difference(log_delta("characteristic"), 1.1, 1e-4)  # -37.25
     assert real == pytest.approx(want, rel=2e-2)
 
@@ -308,14 +308,22 @@ def test_unreliable_regime_answers_with_the_certified_bound():
     got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="characteristic"))
     cert = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="certified"))
     assert got == cert
-    assert truth * (1 - 1e-4) <= got <= truth * 1.01  # tight (saddlepoint-certified was 2-3x)
+    assert truth * (1 - 1e-4) <= got <= truth * 1.01  # tight (delta2-certified was 2-3x)
     with x64():
         jitted = jax.jit(
-            lambda s: jaxdp.epsilon_for_delta(
+            lambda s, q: jaxdp.epsilon_for_delta(
                 jaxdp.PoissonSubsampledGaussian(s, q), delta=delta, num_steps=steps, method="characteristic"
             )
-        )(jnp.float64(sigma))
-    assert float(jitted) == pytest.approx(got, rel=1e-12)
+        )
+        assert float(jitted(jnp.float64(sigma), jnp.float64(q))) == pytest.approx(got, rel=1e-12)
+        # where the contour vouches for itself, the same program gives the estimate, as eager calls do: traced, the
+        # search starts from the delta_2 estimate of the screen it shares with the fallback (one solve for both),
+        # eager from epsilon_saddlepoint's (the same estimate: the two agree far below the method's ~1e-6)
+        for s, qq in [(1.0, 0.5), (2.0, 0.2)]:
+            m2 = jaxdp.PoissonSubsampledGaussian(s, qq)
+            eager = float(jaxdp.epsilon_for_delta(m2, delta=delta, num_steps=steps, method="characteristic"))
+            assert eager < float(jaxdp.epsilon_for_delta(m2, delta=delta, num_steps=steps, method="certified"))
+            assert float(jitted(jnp.float64(s), jnp.float64(qq))) == pytest.approx(eager, rel=1e-10)
     # and where the contour is reliable, the method's own estimate
     est = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=2000, method="characteristic"))
     assert est < float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=2000, method="certified"))
@@ -342,32 +350,38 @@ def test_the_entry_points_program_traces_no_certified_start(monkeypatch):
             jax.eval_shape(lambda c: _characteristic.epsilon_characteristic(c, "remove", jnp.log(1e-5)), comp)
 
 
-def test_the_screens_estimate_starts_the_search_where_the_fallback_shares_it():
-    """Under a user's trace the entry points compute the certified fallback's screen once per direction and start
-    the contour search from its delta_2 estimate (``epsilon_or_nan_given_screen``); alone, the search starts from
-    ``epsilon_saddlepoint``'s.  Both solve for the same estimate, so the two forms agree far below the method's own
-    error (~1e-6), reliable or not, in both directions (one program, vmapped over the settings)."""
-    from jaxdp.accountants import _bounds
+def test_the_estimate_given_the_shared_screen_is_the_estimate_alone():
+    """Under a user's trace the entry points compute the certified fallback's screen once per direction, before
+    the ``lax.cond``, and start the contour search from its delta_2 estimate (``_programs._screen_and_worst`` with
+    ``epsilon_or_nan_given_screen``); an eager call starts from ``epsilon_saddlepoint``'s, the same estimate.  That
+    traced part alone (no fallback: a program of the concrete one's size) answers as the eager entry point does, far
+    below the method's own error (~1e-6)."""
+    from jaxdp.accountants import _programs
+    from jaxdp.accountants._registry import method_info
 
-    settings = np.array([[1.1, 0.01, 1000], [0.8, 0.05, 200], [2.0, 0.004, 5000], [1.0, 1e-3, 1]])
+    info = method_info("characteristic")
+    screen = _programs._shared_screen(info)
+    assert screen is method_info("delta2-certified")
+    delta, steps = 1e-5, 1000
 
-    def both(s, q, n, add):
-        comp = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(s, q), n))
-        log_delta = jnp.log(1e-6)
-        stage = _bounds.screen_stage(comp, add, log_delta)
-        alone = _characteristic.epsilon_characteristic(comp, add, log_delta, unreliable="nan")
-        given = _characteristic.epsilon_characteristic(comp, add, log_delta, unreliable="nan", stage=stage)
-        return alone, given
+    def traced(s, q):
+        comp = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(s, q), steps))
+        value, stages = _programs._screen_and_worst(
+            comp, jnp.log(delta), screen, info.epsilon_or_nan_given_screen, scanned=True
+        )
+        return value, stages.estimate
 
     with x64():
-        args = [jnp.asarray(np.repeat(settings[:, i], 2), jnp.float64) for i in range(3)]
-        add = jnp.tile(jnp.array([False, True]), len(settings))
-        alone, given = map(np.asarray, jax.jit(jax.vmap(both))(*args, add))
-    reliable = ~np.isnan(alone)
-    # (the last setting's remove direction: the contour cannot vouch for itself)
-    assert reliable[:6].all() and not reliable[6]
-    np.testing.assert_array_equal(np.isnan(given), ~reliable)
-    np.testing.assert_allclose(given[reliable], alone[reliable], rtol=1e-10)
+        program = jax.jit(traced)
+        for s, q in [(1.1, 0.01), (0.8, 0.05)]:
+            got, estimates = program(jnp.float64(s), jnp.float64(q))
+            want = float(
+                jaxdp.epsilon_for_delta(
+                    jaxdp.PoissonSubsampledGaussian(s, q), delta=delta, num_steps=steps, method="characteristic"
+                )
+            )
+            assert np.isfinite(np.asarray(estimates)).all()  # (both directions' estimates from the one screen)
+            assert float(got) == pytest.approx(want, rel=1e-10)
 
 
 def test_public_terms_lie_in_the_numpy_bracket_and_report_small_errors():

@@ -149,6 +149,26 @@ def test_the_command_line_knows_every_built_in_method():
     from jaxdp.cli import _options
 
     assert set(_options.KNOWN_METHODS) == set(jaxdp.available_methods())
+    from jaxdp.accountants._registry import DEPRECATED_METHODS
+
+    assert _options.DEPRECATED_METHODS == DEPRECATED_METHODS
+
+
+def test_a_deprecated_method_name_is_answered_with_a_note(capsys):
+    """``--method saddlepoint-delta2`` (its name in jaxdp 0.1.0): the answer of ``--method delta2`` and, on stderr,
+    a note that names the new one; the JSON record names the new method."""
+    import json
+
+    from jaxdp.cli import main
+
+    args = ["epsilon", "--sigma", "1.1", "--q", "0.01", "--steps", "1000", "--delta", "1e-5", "--json"]
+    assert main([*args, "--method", "delta2"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert main([*args, "--method", "saddlepoint-delta2"]) == 0
+    captured = capsys.readouterr()
+    got = json.loads(captured.out)
+    assert got["epsilon"] == want["epsilon"] and got["method"] == "delta2"
+    assert "--method saddlepoint-delta2 is deprecated" in captured.err and "delta2 (the same method)" in captured.err
 
 
 def test_console_entry_point_runs():
@@ -199,7 +219,7 @@ def test_certified_is_the_default_and_says_so(capsys):
 
 def test_laplace_defaults_to_the_certified_saddle_point(capsys):
     out = _json(capsys, "epsilon --sigma 1 --steps 10 --delta 1e-5 --mechanism laplace --json".split())
-    assert out["method"] == "saddlepoint-certified" and out["certified"] is True
+    assert out["method"] == "delta2-certified" and out["certified"] is True
 
 
 # -- jaxdp calibrate ------------------------------------------------------------------------------
@@ -216,7 +236,7 @@ def test_calibrate_sigma_json(capsys):
 
 
 def test_calibrate_q_and_steps_human(capsys):
-    base = "calibrate --target-epsilon 3 --delta 1e-5 --method saddlepoint --certify saddlepoint-certified"
+    base = "calibrate --target-epsilon 3 --delta 1e-5 --method saddlepoint --certify delta2-certified"
     assert main(f"{base} --solve-for q --sigma 1.0 --steps 1000".split()) == 0
     text = capsys.readouterr().out
     assert "epsilon_certified" in text and "status            = ok" in text
@@ -225,7 +245,7 @@ def test_calibrate_q_and_steps_human(capsys):
     # from the estimate's root and stops at the first count that passes, not the largest: a few percent short)
     assert 2000 <= out["steps"] <= 2300 and 2.9 <= out["epsilon_certified"] <= 3.0
     m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
-    again = jaxdp.epsilon_for_delta(m, num_steps=out["steps"], delta=1e-5, method="saddlepoint-certified")
+    again = jaxdp.epsilon_for_delta(m, num_steps=out["steps"], delta=1e-5, method="delta2-certified")
     assert float(again) == pytest.approx(out["epsilon_certified"], rel=1e-9)
 
 
@@ -257,7 +277,7 @@ def test_sweep_writes_csv_and_heatmap(capsys, tmp_path, method):
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "sweep.csv", tmp_path / "sweep.png"
     argv = (
-        "sweep --target-epsilon 4 --delta 1e-5 --q 0.005,0.05 --steps 300,3000 --certify saddlepoint-certified "
+        "sweep --target-epsilon 4 --delta 1e-5 --q 0.005,0.05 --steps 300,3000 --certify delta2-certified "
         f"--method {method} --out {out} --plot {png}"
     )
     assert main(argv.split()) == 0
@@ -304,7 +324,7 @@ def test_command_line_keeps_compiled_programs_between_runs(tmp_path):
 
 def test_vacuous_certified_answer_says_why(capsys):
     """A certified method that can verify no bound answers epsilon = inf with a note, not an error or a number."""
-    args = "epsilon --sigma 1e-6 --q 0.5 --steps 10 --delta 1e-5 --method saddlepoint-certified"
+    args = "epsilon --sigma 1e-6 --q 0.5 --steps 10 --delta 1e-5 --method delta2-certified"
     out = _json(capsys, (args + " --json").split())
     assert out["vacuous"] is True and out["epsilon"] is None and "vacuous" in out["note"]
     assert main(args.split()) == 0

@@ -1,12 +1,11 @@
 """Run the shared conformance suite over the accountants that have no test module of their own to hold it.
 
 Every method of ``jaxdp.available_methods()`` runs the suite (``test_every_registered_method_runs_the_suite``):
-``rdp`` and ``exact`` here, ``saddlepoint``, ``saddlepoint-certified``, ``certified`` and ``characteristic`` in
-their modules, and here the alias ``saddlepoint-split``, ``saddlepoint-delta2``, ``certified-fast`` and
-``characteristic-real``.  Of those four, the default run keeps ``certified-fast``'s checks that need nothing beyond
-its plain epsilon / delta programs (other default tests compile them), a few more of the cheap
-``saddlepoint-delta2``, and registration and validation of the other two; everything else is in each class's
-``slow_checks`` (``-m slow``).
+``rdp`` and ``exact`` here, ``saddlepoint``, ``delta2-certified``, ``certified`` and ``characteristic`` in
+their modules, and here ``delta2``, ``certified-fast`` and ``gil-pelaez``.  Of those three, the default run keeps
+``certified-fast``'s checks that need nothing beyond its plain epsilon / delta programs (other default tests
+compile them), a few more of the cheap ``delta2``, and registration and validation of the other; everything else
+is in each class's ``slow_checks`` (``-m slow``).  The deprecated names of jaxdp 0.1.0 are checked at the end.
 """
 
 import jax
@@ -15,6 +14,7 @@ import test_certified
 from conformance import AccountantConformance
 
 import jaxdp
+from jaxdp.accountants._registry import DEPRECATED_METHODS
 
 #: the checks that compile no program beyond a method's plain epsilon(delta) and delta(eps) of the
 #: Poisson-subsampled Gaussian (validation raises before anything is traced)
@@ -58,21 +58,11 @@ class TestExactConformance(AccountantConformance):
     steps = 4
 
 
-class TestSaddlepointSplitConformance(AccountantConformance):
-    """``saddlepoint-split``: ``saddlepoint`` under its name in jaxdp 0.1.0, the same programs.  Loading even the
-    plain ones costs ~10-25 s a process (the split estimate traces slowly), and ``TestSaddlepointConformance``
-    runs them in the default run: here everything but registration and validation runs under -m slow."""
-
-    method = "saddlepoint-split"
-    certified = False
-    slow_checks = ALL_CHECKS - NO_PROGRAM
-
-
 class TestSaddlepointDelta2Conformance(AccountantConformance):
     """The one-Gaussian delta_2 approximation: its user's jit stays in the default run; its gradients there are
     test_user_mode.py's calibrators under jit(grad) (d delta / d sigma here, a program of its own: -m slow)."""
 
-    method = "saddlepoint-delta2"
+    method = "delta2"
     certified = False
     slow_checks = ALL_CHECKS - PLAIN - {"test_user_jit_equals_call"}
 
@@ -86,7 +76,7 @@ class TestCertifiedFastConformance(test_certified.TestCertifiedConformance):
     slow_checks = ALL_CHECKS - PLAIN
 
 
-_REAL_AXIS = "characteristic-real (a baseline) fails this check: "
+_REAL_AXIS = "gil-pelaez (a baseline) fails this check: "
 
 
 class TestCharacteristicRealConformance(AccountantConformance):
@@ -96,7 +86,7 @@ class TestCharacteristicRealConformance(AccountantConformance):
     figures (a fix makes them pass and the marks must go).  No other default test compiles its
     Poisson-subsampled programs, so all but registration and validation run under -m slow."""
 
-    method = "characteristic-real"
+    method = "gil-pelaez"
     certified = False
     grad_rtol = 1e-5
     jit_rtol = 1e-5  # eager against jitted: 3.6e-6 at sigma 0.9 (measured; characteristic: 3.9e-11)
@@ -130,7 +120,6 @@ def test_every_registered_method_runs_the_suite():
     classes = [
         TestRdpConformance,
         TestExactConformance,
-        TestSaddlepointSplitConformance,
         TestSaddlepointDelta2Conformance,
         TestCertifiedFastConformance,
         TestCharacteristicRealConformance,
@@ -144,3 +133,24 @@ def test_every_registered_method_runs_the_suite():
     for c in classes:  # the flags the suite checks against the registry
         assert c.certified == jaxdp.method_info(c.method).certified, c.method
     assert jax.config.jax_enable_x64 is False  # the suite runs as users do (tests/conftest.py)
+
+
+@pytest.mark.parametrize("old", sorted(DEPRECATED_METHODS))
+def test_a_deprecated_name_is_the_new_method_with_a_warning(old):
+    """jaxdp 0.1.0's method names (one release): ``method_info`` answers the new method itself, with a
+    ``DeprecationWarning`` attributed to the caller that names the new one; the names listed are the new ones."""
+    new = DEPRECATED_METHODS[old]
+    with pytest.warns(DeprecationWarning, match=f"method='{old}' is deprecated.*it is now '{new}'") as record:
+        info = jaxdp.method_info(old)
+    assert info is jaxdp.method_info(new)
+    assert record[0].filename == __file__
+    assert old not in jaxdp.available_methods() and new in jaxdp.available_methods()
+
+
+def test_a_deprecated_name_answers_as_the_new_one():
+    """Through the entry points: the same programs, so the same value bit for bit (the cheap ``delta2``)."""
+    m = jaxdp.PoissonSubsampledGaussian(1.1, 0.01)
+    want = float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=1000, method="delta2"))
+    with pytest.warns(DeprecationWarning, match="saddlepoint-delta2"):
+        got = float(jaxdp.epsilon_for_delta(m, delta=1e-5, num_steps=1000, method="saddlepoint-delta2"))
+    assert got == want

@@ -118,7 +118,7 @@ def test_binomial_weights_match_scipy(q, g):
 
 # (the split estimate compiles a program per mixture shape, ~70 s cold on two cores: -m slow)
 @pytest.mark.parametrize(
-    "methods", [("saddlepoint-delta2", "rdp"), pytest.param(("saddlepoint",), marks=pytest.mark.slow)]
+    "methods", [("delta2", "rdp"), pytest.param(("saddlepoint",), marks=pytest.mark.slow)]
 )
 def test_poisson_group_of_one_is_the_subsampled_gaussian(methods):
     psg = jaxdp.PoissonSubsampledGaussian(1.1, 0.02)
@@ -135,8 +135,8 @@ def test_fixed_batch_of_one_is_a_sensitivity_two_mixture():
     # split estimate on mixtures: test_saddlepoint_split.py::test_group_mixtures
     m = jaxdp.MixtureOfGaussians.fixed_batch_group(2.0, dataset_size=N, batch_size=B)
     psg = jaxdp.PoissonSubsampledGaussian(1.0, B / N)
-    a = float(jaxdp.epsilon_for_delta(m, delta=DELTA, num_steps=STEPS, method="saddlepoint-delta2"))
-    b = float(jaxdp.epsilon_for_delta(psg, delta=DELTA, num_steps=STEPS, method="saddlepoint-delta2"))
+    a = float(jaxdp.epsilon_for_delta(m, delta=DELTA, num_steps=STEPS, method="delta2"))
+    b = float(jaxdp.epsilon_for_delta(psg, delta=DELTA, num_steps=STEPS, method="delta2"))
     assert a == pytest.approx(b, rel=1e-9)
 
 
@@ -162,8 +162,8 @@ def test_fixed_batch_is_never_below_poisson_at_the_same_rate():
     """The under-report of accounting a fixed batch as Poisson at q = B / n (here ~2.9x)."""
     fixed = jaxdp.MixtureOfGaussians.fixed_batch_group(2.0, dataset_size=N, batch_size=B)
     psg = jaxdp.PoissonSubsampledGaussian(2.0, B / N)
-    a = float(jaxdp.epsilon_for_delta(fixed, delta=DELTA, num_steps=STEPS, method="saddlepoint-delta2"))
-    b = float(jaxdp.epsilon_for_delta(psg, delta=DELTA, num_steps=STEPS, method="saddlepoint-delta2"))
+    a = float(jaxdp.epsilon_for_delta(fixed, delta=DELTA, num_steps=STEPS, method="delta2"))
+    b = float(jaxdp.epsilon_for_delta(psg, delta=DELTA, num_steps=STEPS, method="delta2"))
     assert a > 1.5 * b
 
 
@@ -253,7 +253,7 @@ def test_group_curve_black_box_is_the_exact_conversion_of_a_gaussian():
         num_steps=1,
         delta=1e-3,
         max_group_size=10,
-        method="saddlepoint-delta2",
+        method="delta2",
     )
     mp.mp.dps = 40
     mu, log_target = mp.mpf("0.1"), mp.log(mp.mpf("1e-3"))
@@ -330,10 +330,10 @@ def test_cli_calibrate_fixed_batch(capsys):
     r = _json(
         capsys,
         f"calibrate --target-epsilon 3 --delta {DELTA} --steps {STEPS} --sampling fixed --dataset-size {N} "
-        f"--batch-size {B} --method saddlepoint-delta2 --certify none --json".split(),
+        f"--batch-size {B} --method delta2 --certify none --json".split(),
     )
     m = jaxdp.MixtureOfGaussians.fixed_batch_group(r["sigma"], dataset_size=N, batch_size=B)
-    eps = float(jaxdp.epsilon_for_delta(m, delta=DELTA, num_steps=STEPS, method="saddlepoint-delta2"))
+    eps = float(jaxdp.epsilon_for_delta(m, delta=DELTA, num_steps=STEPS, method="delta2"))
     assert eps == pytest.approx(3.0, rel=1e-4)
     assert r["sampling"] == "fixed"
 
@@ -343,7 +343,7 @@ def test_cli_group_curve_outputs_and_plot(capsys, tmp_path):
     plot = tmp_path / "group.png"
     # the command line's outputs are under test, not the accountant: the one-Gaussian estimate (the split estimate
     # meets group mixtures in test_saddlepoint_split.py, in programs of its own)
-    base = f"group-curve --sigma 2 --steps {STEPS} --delta {DELTA} --group-size 3 --method saddlepoint-delta2"
+    base = f"group-curve --sigma 2 --steps {STEPS} --delta {DELTA} --group-size 3 --method delta2"
     r = _json(capsys, f"{base} --sampling fixed --dataset-size {N} --batch-size {B} --json --plot {plot}".split())
     assert r["group_size"] == [1, 2, 3] and len(r["epsilon"]) == 3 and len(r["poisson_epsilon"]) == 3
     assert all(f > p for f, p in zip(r["epsilon"], r["poisson_epsilon"]))

@@ -58,7 +58,7 @@ from jaxdp.numerics import program_cache
 g = jaxdp.Gaussian(2.0)
 eps = float(jaxdp.epsilon_for_delta(g, delta=1e-6, num_steps=10, method="exact"))
 if "more" in sys.argv:  # three more programs: another method, another structure, the other direction of the query
-    jaxdp.epsilon_for_delta(g, delta=1e-6, num_steps=10, method="saddlepoint-delta2")
+    jaxdp.epsilon_for_delta(g, delta=1e-6, num_steps=10, method="delta2")
     jaxdp.epsilon_for_delta(jaxdp.Composition.of((g, 3), (jaxdp.Gaussian(3.0), 4)), delta=1e-6, method="exact")
     jaxdp.delta_for_epsilon(g, epsilon=1.0, num_steps=10, method="exact")
 print(json.dumps({"eps": eps, "compiled": program_cache.compiled_here(), "dir": str(program_cache.directory()),
@@ -239,13 +239,13 @@ def test_quick_compile_options_where_xla_has_them():
 
     def ask(sigma):
         m = jaxdp.PoissonSubsampledGaussian(sigma, 0.01)
-        return float(jaxdp.epsilon_for_delta(m, num_steps=100, delta=1e-6, method="saddlepoint-delta2"))
+        return float(jaxdp.epsilon_for_delta(m, num_steps=100, delta=1e-6, method="delta2"))
 
     def plain(sigma):
         m = jaxdp.PoissonSubsampledGaussian(sigma, 0.01)
         with jax.enable_x64(True):
             args = (to_f64(as_composition(m, 100)), jax.numpy.float64(1e-6))
-            return float(_api._epsilon_jit(*args, method="saddlepoint-delta2", facts=of_concrete(m, 100)))
+            return float(_api._epsilon_jit(*args, method="delta2", facts=of_concrete(m, 100)))
 
     previous = _program_cache._DIR
     try:

@@ -39,7 +39,7 @@ class TestSaddlepointConformance(AccountantConformance):
 
 
 class TestSaddlepointCertifiedConformance(AccountantConformance):
-    method = "saddlepoint-certified"
+    method = "delta2-certified"
     # its own compile of the jitted query (22 s on 2 cores): run with -m slow; test_user_jit_equals_call stays;
     # add_or_remove compiles the add direction's program (45 CPU-s); traced invalid input, three user-jit programs
     # of its own: the NaN masking is _api's, checked on rdp and exact in the default run
@@ -88,7 +88,7 @@ def test_certified_bound_is_above_the_exact_laplace_curve():
     b = 0.5
     for eps in [0.2, 0.8, 1.5]:
         exact = 1 - math.exp((eps - 1 / b) / 2)
-        upper = float(jaxdp.delta_for_epsilon(jaxdp.Laplace(b), epsilon=eps, method="saddlepoint-certified"))
+        upper = float(jaxdp.delta_for_epsilon(jaxdp.Laplace(b), epsilon=eps, method="delta2-certified"))
         assert upper >= exact
 
 
@@ -109,7 +109,7 @@ def test_reference_epsilon_rows(row):
     m = _mech(row)
     est = float(jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="saddlepoint"))
     upper = float(
-        jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="saddlepoint-certified")
+        jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="delta2-certified")
     )
     rel = abs(est - row["epsilon"]) / row["epsilon"]
     assert rel <= (0.01 if row["q"] * row["steps"] >= 5 else 0.03)
@@ -119,7 +119,7 @@ def test_reference_epsilon_rows(row):
 @pytest.mark.parametrize("row", DELTA_ROWS, ids=lambda r: f"{r['case']}-eps{r['epsilon']}")
 def test_reference_delta_rows_certified_upper(row):
     m = _mech(row)
-    method = "saddlepoint-certified"
+    method = "delta2-certified"
     upper = float(jaxdp.delta_for_epsilon(m, epsilon=row["epsilon"], num_steps=row["steps"], method=method))
     assert upper >= row["delta"]
 
@@ -154,7 +154,7 @@ def _zero_add_delta(method):
     return log_delta, 1e-4 if method == "saddlepoint" else 1e-5
 
 
-@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified"])
+@pytest.mark.parametrize("method", ["saddlepoint", "delta2-certified"])
 def test_gradient_finite_where_one_direction_has_zero_delta(method):
     """delta_add is exactly 0, its saddle point sits at the bracket's edge.  The answer is the remove direction's,
     and so is the derivative, which was NaN (0 x NaN in the max).  (d/d(sigma, q): the program of the conformance
@@ -169,7 +169,7 @@ def test_gradient_finite_where_one_direction_has_zero_delta(method):
 # the forward derivative: a program of its own for each method (-m slow); the same regression in reverse mode stays in
 # test_gradient_finite_where_one_direction_has_zero_delta
 @pytest.mark.slow
-@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified"])
+@pytest.mark.parametrize("method", ["saddlepoint", "delta2-certified"])
 def test_forward_derivative_finite_where_one_direction_has_zero_delta(method):
     log_delta, rtol = _zero_add_delta(method)
     with x64():
@@ -231,7 +231,7 @@ def test_agrees_with_dp_accounting_pld(sigma, q, steps, delta):
     want = acc.get_epsilon(delta)  # pessimistic PLD: slightly above the truth
     m = jaxdp.PoissonSubsampledGaussian(sigma, q)
     got = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint"))
-    upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-certified"))
+    upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="delta2-certified"))
     assert got == pytest.approx(want, rel=0.01)
     # one-sided: the pessimistic PLD is above the truth, so ``upper >= want * (1 - 1e-3)`` passed a bound 0.1 %
     # below it; the proven lower bound is within 1e-4 of the truth here
@@ -259,7 +259,7 @@ def test_certified_bound_is_never_looser_than_its_chernoff_term(sigma, q, steps,
     first row); the Chernoff bound at the same tilt keeps it at RDP's level, and it stays above the truth (a proven
     lower bound on it, ``FFT_LOWER``)."""
     m = jaxdp.PoissonSubsampledGaussian(sigma, q)
-    upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="saddlepoint-certified"))
+    upper = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="delta2-certified"))
     rdp = float(jaxdp.epsilon_for_delta(m, delta=delta, num_steps=steps, method="rdp"))
     _assert_not_below_the_truth(upper, FFT_LOWER[(sigma, q, steps, delta)])
     assert upper <= rdp * (1 + 1e-3)

@@ -481,7 +481,7 @@ def test_command_line_warns_where_delta_2_is_off(capsys):
 
     from jaxdp.cli import main
 
-    assert main([*_WARN_ARGS, "--method", "saddlepoint-delta2"]) == 0
+    assert main([*_WARN_ARGS, "--method", "delta2"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["error_indicator"] > 0.01 and "--method saddlepoint," in out["warning"]
 
@@ -494,7 +494,7 @@ def test_command_line_gives_the_split_estimate_without_a_warning(capsys):
     from jaxdp.cli import main
 
     args = _WARN_ARGS
-    for name in ("saddlepoint", "saddlepoint-split"):  # the default estimate, and its name until 0.1.0
+    for name in ("saddlepoint", "saddlepoint-split"):  # the default estimate, and its deprecated name of 0.1.0
         assert main([*args, "--method", name]) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["epsilon"] == pytest.approx(0.5551397, rel=0.01)

@@ -48,7 +48,7 @@ def test_segments_of_one_kind_are_stacked():
     assert np.shape(long.counts[0]) == (2 * STACK_CAPACITY,) and long.num_segments == STACK_CAPACITY + 1
 
 
-@pytest.mark.parametrize("method", ["saddlepoint", "rdp", "characteristic", "saddlepoint-certified"])
+@pytest.mark.parametrize("method", ["saddlepoint", "rdp", "characteristic", "delta2-certified"])
 def test_stacked_equals_part_by_part(method):
     segs = _segments(5)
     stacked = Composition.of(*segs)
@@ -100,7 +100,7 @@ def test_one_compile_for_1_to_100_segments():
             comp = Composition.from_schedule(
                 noise_multipliers=sig, sampling_probs=np.full(s, 0.01), counts=np.full(s, 20)
             )
-            eps = float(jaxdp.epsilon_for_delta(comp, delta=1e-5, method="saddlepoint-delta2"))
+            eps = float(jaxdp.epsilon_for_delta(comp, delta=1e-5, method="delta2"))
             sizes.append(accountant_programs())
             assert eps != previous
             previous = eps
@@ -115,7 +115,7 @@ def test_per_step_arrays_merge_runs():
     ref = Composition.of(
         (jaxdp.PoissonSubsampledGaussian(1.2, 0.02), 130), (jaxdp.PoissonSubsampledGaussian(1.0, 0.02), 50)
     )
-    for method in ["saddlepoint-delta2", "rdp"]:  # the merge is Composition.from_schedule's: any accountant shows it
+    for method in ["delta2", "rdp"]:  # the merge is Composition.from_schedule's: any accountant shows it
         a = float(jaxdp.epsilon_for_delta(c, delta=1e-6, method=method))
         b = float(jaxdp.epsilon_for_delta(ref, delta=1e-6, method=method))
         assert a == pytest.approx(b, rel=1e-12)
@@ -159,7 +159,7 @@ def test_schedule_validation(kwargs, match):
         Composition.from_schedule(**kwargs)
 
 
-@pytest.mark.parametrize("method", ["saddlepoint", "saddlepoint-certified", "characteristic"])
+@pytest.mark.parametrize("method", ["saddlepoint", "delta2-certified", "characteristic"])
 def test_one_segment_stack_equals_the_mechanism(method):
     """A stack with one real segment is the i.i.d. composition (the i.i.d. Berry-Esseen constant included)."""
     m = jaxdp.PoissonSubsampledGaussian(1.1, 0.01)

@@ -3,7 +3,7 @@
 The suite runs with JAX's default x64 off (see conftest), as Flax/optax users run.  Statistical checks state
 their tolerance in standard errors.  Accounting checks compare with compositions built independently, segment
 by segment, and with the public entry points; ``rdp`` (a certified method that compiles in seconds), and
-``saddlepoint-delta2`` as the trackers' ``estimate_method`` where the estimate is not the subject, keep the default
+``delta2`` as the trackers' ``estimate_method`` where the estimate is not the subject, keep the default
 run short (the split estimate's stacked programs are costly to trace again here).
 """
 
@@ -215,14 +215,14 @@ SCHEDULE = [(1.2, 0.01, 150), (0.9, 0.02, 40), (1.2, 0.01, 60)]
 
 
 def test_tracker_epsilon_equals_the_entry_point_on_the_same_schedule():
-    tracker = PrivacyTracker(delta=1e-5, method="rdp", estimate_method="saddlepoint-delta2")
+    tracker = PrivacyTracker(delta=1e-5, method="rdp", estimate_method="delta2")
     assert tracker.epsilon() == 0.0
     for sigma, q, n in SCHEDULE:
         for _ in range(n):
             tracker.record(noise_multiplier=sigma, sampling_prob=q)
     assert tracker.num_steps == 250 and tracker.num_segments == 3
     comp = jaxdp.Composition.of(*[(jaxdp.PoissonSubsampledGaussian(s, q), n) for s, q, n in SCHEDULE])
-    for method, got in (("rdp", tracker.epsilon()), ("saddlepoint-delta2", tracker.epsilon_estimate())):
+    for method, got in (("rdp", tracker.epsilon()), ("delta2", tracker.epsilon_estimate())):
         ref = float(jaxdp.epsilon_for_delta(comp, delta=1e-5, method=method))
         assert got == pytest.approx(ref, rel=1e-12), method
 
@@ -382,11 +382,11 @@ def test_steps_left_is_the_largest_count_within_budget(sigma, q, target):
 
 
 def test_a_single_run_is_accounted_as_the_mechanism_and_equals_a_one_segment_stack():
-    tracker = PrivacyTracker(delta=1e-5, method="rdp", estimate_method="saddlepoint-delta2")
+    tracker = PrivacyTracker(delta=1e-5, method="rdp", estimate_method="delta2")
     tracker.record(noise_multiplier=1.1, sampling_prob=0.01, num_steps=700)
     tracker.record(noise_multiplier=1.1, sampling_prob=0.01)
     stack = jaxdp.Composition.of((jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 701))
-    for method, got in (("rdp", tracker.epsilon()), ("saddlepoint-delta2", tracker.epsilon_estimate())):
+    for method, got in (("rdp", tracker.epsilon()), ("delta2", tracker.epsilon_estimate())):
         assert got == pytest.approx(float(jaxdp.epsilon_for_delta(stack, delta=1e-5, method=method)), rel=1e-9)
 
 

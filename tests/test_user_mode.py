@@ -205,7 +205,7 @@ def _case(kind, method, transforms=ALL_TRANSFORMS, **kw):
         # is right: the contour method's -37.25 and the saddle point's -37.18 (both smooth to 1e-9) agree with it
         # to its value's 0.6 % (test_characteristic.py::test_real_axis_gradient_is_that_of_an_accurate_method)
         "grad_reference": "autodiff"
-        if method.startswith("certified") or method == "characteristic-real"
+        if method.startswith("certified") or method == "gil-pelaez"
         else "finite_differences",
         **kw,
     }
@@ -216,7 +216,7 @@ DEFAULT_CELLS = {
     # an epsilon solve under jit and jit(grad) on the one-Gaussian delta_2 estimate (programs of seconds); the split
     # estimate under every transformation: test_cheap_accountants_under_every_transformation (-m slow: its
     # programs are the suite's costliest), its x64-off jit in test_training.py's jitted train step
-    ("epsilon", "saddlepoint-delta2"): ("jit", "jit_grad"),  # (under -m slow: tests/conftest.py says why)
+    ("epsilon", "delta2"): ("jit", "jit_grad"),  # (under -m slow: tests/conftest.py says why)
     ("delta", "rdp"): ("jit_grad",),
     ("epsilon", "exact"): ("jit",),
     ("delta", "exact"): ("jit_grad",),
@@ -293,7 +293,7 @@ def test_heavy_accountants_under_jit_of_grad(method):
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "method", ["characteristic", "characteristic-real", "certified", "certified-fast", "saddlepoint-certified"]
+    "method", ["characteristic", "gil-pelaez", "certified", "certified-fast", "delta2-certified"]
 )
 @pytest.mark.parametrize("kind", ["epsilon", "delta"])
 def test_heavy_accountants_under_every_transformation(kind, method):
@@ -311,7 +311,7 @@ def _calibration_case(kind, method, **kw):
 @pytest.mark.parametrize(
     ("kind", "method"),
     [
-        ("calibrate_sigma", "saddlepoint-delta2"),
+        ("calibrate_sigma", "delta2"),
         pytest.param("calibrate_sigma", "saddlepoint", marks=pytest.mark.slow),
         pytest.param("calibrate_q", "saddlepoint", marks=pytest.mark.slow),
     ],

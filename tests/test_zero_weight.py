@@ -10,7 +10,7 @@ Here each accountant's value for a padded mixture must equal the unpadded one's 
 three mixtures that share their shapes (unpadded 2 or 3 components, padded 8), so that each method compiles
 three programs a query.
 
-The quadrature-rule methods (``"saddlepoint"``, ``"characteristic"``, ``"characteristic-real"``) match only
+The quadrature-rule methods (``"saddlepoint"``, ``"characteristic"``, ``"gil-pelaez"``) match only
 with zero-weight components placing no quadrature window (``jaxdp/mechanisms/_quadrature.py``); without it
 they agree to the rule's accuracy only, 2e-4 for the split estimate with the issue's 41 components.
 ``"exact"`` takes Gaussians only.
@@ -65,8 +65,8 @@ CASES = {
 }
 
 #: methods whose checks run by default (their programs compile in seconds to a minute); the others with -m slow
-_DEFAULT = ("certified-fast", "rdp", "saddlepoint-delta2")
-_SLOW = ("saddlepoint-certified", "certified", "saddlepoint", "characteristic", "characteristic-real")
+_DEFAULT = ("certified-fast", "rdp", "delta2")
+_SLOW = ("delta2-certified", "certified", "saddlepoint", "characteristic", "gil-pelaez")
 
 
 def _both(method, case, adjacency):
@@ -88,12 +88,12 @@ def _params():
             fast = method in _DEFAULT and adjacency == "add_or_remove"
             for case in CASES:
                 # certified-fast and rdp on the issue's mixture only (its two shapes are the programs of a minute)
-                fast_case = fast and (method == "saddlepoint-delta2" or case == "fixed_batch")
+                fast_case = fast and (method == "delta2" or case == "fixed_batch")
                 if method in ("certified", "characteristic") and case == "fixed_batch":
                     # two components and eight take different FFT windows (a static choice by shape: see the
                     # test below); "characteristic" falls back to "certified" there (its contour cannot vouch)
                     continue
-                if method == "characteristic-real" and case == "hand_made":
+                if method == "gil-pelaez" and case == "hand_made":
                     continue  # its epsilon at delta 1e-8 is float64 noise (it has no correct digit below ~1e-10)
                 marks = () if fast_case else (pytest.mark.slow,)
                 yield pytest.param(method, adjacency, case, marks=marks, id=f"{method}-{adjacency}-{case}")
@@ -138,7 +138,7 @@ def test_few_steps_of_a_padded_two_point_law_take_the_exact_few_step_sum():
         assert e1 == pytest.approx(e0, rel=RTOL, abs=0.0)
 
 
-@pytest.mark.parametrize("method", ["saddlepoint-delta2", pytest.param("certified-fast", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("method", ["delta2", pytest.param("certified-fast", marks=pytest.mark.slow)])
 def test_padded_gradients_match_the_unpadded_ones(method):
     """The masking keeps the accountants differentiable in sigma and in the weights (no NaN from the masked
     components), with the unpadded mixture's derivatives."""

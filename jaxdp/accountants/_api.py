@@ -76,17 +76,17 @@ _BUILT_IN = {name: method_info(name) for name in available_methods()}
 #: what ``method=None`` (the default of the entry points) means: the tight proven bound where it applies,
 #: else the certified saddle-point bound (mechanisms other than Gaussians and their mixtures, e.g. Laplace)
 DEFAULT_METHOD = "certified"
-FALLBACK_METHOD = "saddlepoint-certified"
+FALLBACK_METHOD = "delta2-certified"
 
 
 def default_method(mechanism, num_steps=1) -> str:
     """The accountant used when ``method`` is not given: ``"certified"`` (a proven, tight upper bound)
-    where it supports the mechanism, else ``"saddlepoint-certified"``.
+    where it supports the mechanism, else ``"delta2-certified"``.
 
     Example:
       >>> import jaxdp
       >>> jaxdp.default_method(jaxdp.PoissonSubsampledGaussian(1.0, 0.01)), jaxdp.default_method(jaxdp.Laplace(1.0))
-      ('certified', 'saddlepoint-certified')
+      ('certified', 'delta2-certified')
     """
     comp = as_composition(mechanism, num_steps)
     return DEFAULT_METHOD if method_info(DEFAULT_METHOD).supports(comp) else FALLBACK_METHOD
@@ -261,7 +261,7 @@ def delta_for_epsilon(mechanism, *, epsilon, num_steps=1, method: str | None = N
       epsilon: target epsilon ``>= 0``.
       num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
       method: accountant, one of :func:`available_methods`; by default (None) the tight proven
-        upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
+        upper bound ``"certified"`` (``"delta2-certified"`` for mechanisms it does not support,
         see :func:`default_method`).  Its first call on a machine compiles (the times:
         ``benchmarks/results/startup.md``), and the program is kept on disk for later processes
         (``JAXDP_CACHE_DIR``, see the README).
@@ -310,7 +310,7 @@ def epsilon_for_delta(mechanism, *, delta, num_steps=1, method: str | None = Non
       delta: target delta in ``(0, 1)``.
       num_steps: number of repetitions (a whole number ``>= 1``; may be traced).
       method: accountant, one of :func:`available_methods`; by default (None) the tight proven
-        upper bound ``"certified"`` (``"saddlepoint-certified"`` for mechanisms it does not support,
+        upper bound ``"certified"`` (``"delta2-certified"`` for mechanisms it does not support,
         see :func:`default_method`).  Its first call on a machine compiles (the times:
         ``benchmarks/results/startup.md``), and the program is kept on disk for later processes
         (``JAXDP_CACHE_DIR``, see the README).
@@ -453,7 +453,7 @@ def characteristic_terms(mechanism, *, epsilon, num_steps=1) -> CharacteristicRe
 def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     """The bulk/jump-split saddle-point estimate at ``epsilon``, with how much to trust it.
 
-    This is ``method="saddlepoint"``.  ``method="saddlepoint-delta2"`` returns the one-Gaussian ``delta_2``
+    This is ``method="saddlepoint"``.  ``method="delta2"`` returns the one-Gaussian ``delta_2``
     (``log_delta_plain`` here), which is far off in epsilon at sampling rates of 1e-4 to 1e-3; the split
     estimate is within 1 % of the characteristic accountant there (the figures:
     ``benchmarks/results/saddlepoint_accuracy.md``).  It splits the tilted law of each step into a bulk and the

@@ -14,7 +14,7 @@ delta is their difference.  Once delta falls below ~1e-10 the cancellation
 leaves no correct digit, and below ~1e-16 the result is noise (possibly
 negative, reported as ``log delta = -inf``).  ``benchmarks/bench_characteristic.py``
 tabulates where it breaks; the contour method of :mod:`jaxdp.accountants._characteristic`
-does not have this problem.  Method ``"characteristic-real"`` is an estimate.
+does not have this problem.  Method ``"gil-pelaez"`` is an estimate.
 
 Derivation and limits: ``docs/accountants/characteristic.md``.
 """
@@ -96,7 +96,7 @@ def epsilon_gil_pelaez(comp, direction, log_delta):
 
 METHODS = (
     MethodInfo(
-        "characteristic-real",
+        "gil-pelaez",
         certified=False,
         description="real-axis (Gil-Pelaez) inversion; baseline, loses all digits below delta ~ 1e-10",
         log_delta=log_delta_gil_pelaez,

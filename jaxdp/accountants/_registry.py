@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from jaxdp.numerics import validate as _validate
+
 __all__ = [
+    "DEPRECATED_METHODS",
     "MethodInfo",
     "Screened",
     "WithFallback",
@@ -119,8 +122,8 @@ def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | No
       ...     "trivial-screened", certified=True, description="delta = 1 (a valid and useless bound)",
       ...     log_delta=lambda comp, direction, eps: jnp.zeros_like(eps),
       ...     epsilon=lambda comp, direction, log_delta: jnp.full_like(log_delta, jnp.inf))
-      >>> jaxdp.screened(base, by="saddlepoint-certified").screen
-      'saddlepoint-certified'
+      >>> jaxdp.screened(base, by="delta2-certified").screen
+      'delta2-certified'
     """
     return Screened(**_fields_of(method), screen=by, epsilon_given_screen=epsilon_given_screen)
 
@@ -201,8 +204,20 @@ def register_methods(infos) -> None:
         _METHODS[info.name] = info
 
 
+#: method names of jaxdp 0.1.0 that a name saying what the method is replaced, kept for one release: old -> new.
+#: A name is its construction (``rdp``, ``exact``, ``saddlepoint``, ``delta2``, ``characteristic``, ``gil-pelaez``,
+#: ``certified``); a suffix is one of two words, each with one meaning: ``-certified``, the proven upper bound built
+#: on that construction (``delta2-certified``), and ``-fast``, the same method on a coarser grid (``certified-fast``).
+DEPRECATED_METHODS = {
+    "saddlepoint-split": "saddlepoint",
+    "saddlepoint-delta2": "delta2",
+    "saddlepoint-certified": "delta2-certified",
+    "characteristic-real": "gil-pelaez",
+}
+
+
 def available_methods() -> tuple[str, ...]:
-    """Names accepted by ``method=``."""
+    """Names accepted by ``method=`` (the deprecated names of :data:`DEPRECATED_METHODS` are accepted too)."""
     return tuple(_METHODS)
 
 
@@ -210,6 +225,14 @@ def method_info(method: str | MethodInfo) -> MethodInfo:
     """The :class:`MethodInfo` of ``method`` (ValueError for unknown names); a :class:`MethodInfo` is itself."""
     if isinstance(method, MethodInfo):
         return method
+    if isinstance(method, str) and method not in _METHODS and method in DEPRECATED_METHODS:
+        new = DEPRECATED_METHODS[method]
+        _validate.warn_at_caller(
+            f"method={method!r} is deprecated and will be removed in the next release: it is now {new!r} (the same "
+            "method).",
+            DeprecationWarning,
+        )
+        method = new
     try:
         return _METHODS[method]
     except (KeyError, TypeError):

@@ -1,8 +1,8 @@
 """The saddle-point methods (Alghamdi, Gomez, Asoodeh, Calmon, Kosut & Sankar, ICML 2023).
 
-``"saddlepoint-delta2"`` is the paper's one-Gaussian approximation ``delta_2`` at the saddle point (the fastest
+``"delta2"`` is the paper's one-Gaussian approximation ``delta_2`` at the saddle point (the fastest
 method; an estimate, far off in epsilon at small q: ``benchmarks/results/saddlepoint_accuracy.md``);
-``"saddlepoint-certified"`` is ``delta_2`` plus its proven error bound.  Both are computed in
+``"delta2-certified"`` is ``delta_2`` plus its proven error bound.  Both are computed in
 :mod:`jaxdp.accountants._bounds`, which the other methods share; ``"saddlepoint"`` itself, the bulk/jump-split
 estimate, is registered by :mod:`jaxdp.accountants._split_saddle`.
 
@@ -22,7 +22,7 @@ from jaxdp.accountants._registry import MethodInfo
 
 METHODS = (
     MethodInfo(
-        "saddlepoint-delta2",
+        "delta2",
         certified=False,
         description="one-Gaussian saddle-point approximation delta_2 (estimate; fastest, 20-200 % off at small q)",
         log_delta=log_delta_saddlepoint,
@@ -31,7 +31,7 @@ METHODS = (
         quick_compile=True,
     ),
     MethodInfo(
-        "saddlepoint-certified",
+        "delta2-certified",
         certified=True,
         description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
         log_delta=log_delta_saddlepoint_upper,

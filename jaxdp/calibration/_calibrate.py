@@ -116,7 +116,7 @@ def calibrate_noise_multiplier(
       certify: the certified accountant of the final check: ``"certified-fast"``
         (the certified construction on a coarser lattice: a proven bound, slightly
         looser, several times faster; ``benchmarks/results/calibrate.md``), ``"certified"``
-        (the tightest), ``"saddlepoint-certified"``
+        (the tightest), ``"delta2-certified"``
         or ``"rdp"`` (looser), or None to skip it.
       sigma_max: the largest noise multiplier searched.
 

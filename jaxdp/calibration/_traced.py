@@ -170,7 +170,7 @@ def _solve(h, params, lo, hi, method) -> _Root:
         return values[0], ders[0], ders[1]
 
     u0, i0, _ = safeguarded_newton(with_slope(frozen(None)), lo, hi, 0.5 * (lo + hi), 1e-6)
-    u0, i0b, _ = safeguarded_newton(with_slope(frozen("saddlepoint-delta2")), lo, hi, u0, 1e-9)
+    u0, i0b, _ = safeguarded_newton(with_slope(frozen("delta2")), lo, hi, u0, 1e-9)
     u_star, i1, last = safeguarded_newton(method_vsa, lo, hi, u0, 1e-10, METHOD_XTOL)
     edge = 1e-9 * (1.0 + jnp.abs(hi - lo))
     below = (u_star <= lo + edge) & (last[1] < 0)

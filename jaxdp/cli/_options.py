@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 
 MECHANISMS = ("poisson-gaussian", "gaussian", "laplace")
 ADJACENCIES = ("add_or_remove", "remove", "add")
 DEFAULT_METHOD = "certified"
 #: the default for mechanisms the certified accountant does not cover
-FALLBACK_METHOD = "saddlepoint-certified"
+FALLBACK_METHOD = "delta2-certified"
 ESTIMATORS = ("tilted", "tilted-one", "tilted-exact", "simple")
 
 
@@ -341,14 +342,20 @@ KNOWN_METHODS = (
     "rdp",
     "exact",
     "saddlepoint",
-    "saddlepoint-split",
-    "saddlepoint-delta2",
-    "saddlepoint-certified",
+    "delta2",
+    "delta2-certified",
     "certified",
     "certified-fast",
     "characteristic",
-    "characteristic-real",
+    "gil-pelaez",
 )
+#: the library's ``DEPRECATED_METHODS`` (old name -> new), here too: read before JAX is imported
+DEPRECATED_METHODS = {
+    "saddlepoint-split": "saddlepoint",
+    "saddlepoint-delta2": "delta2",
+    "saddlepoint-certified": "delta2-certified",
+    "characteristic-real": "gil-pelaez",
+}
 MONTECARLO = "montecarlo"
 
 
@@ -360,6 +367,14 @@ def check(args):
     args.checked = True
     for option in ("method", "certify"):
         name = getattr(args, option, None)
+        if name in DEPRECATED_METHODS:
+            print(
+                f"jaxdp: note: --{option} {name} is deprecated and will be removed in the next release: it is now "
+                f"{DEPRECATED_METHODS[name]} (the same method).",
+                file=sys.stderr,
+            )
+            name = DEPRECATED_METHODS[name]
+            setattr(args, option, name)
         allowed = KNOWN_METHODS + ((MONTECARLO,) if option == "method" else ("none",))
         if name is not None and name not in allowed and not (option == "certify" and name.lower() == "none"):
             raise ValueError(f"--{option}: {option} must be one of {', '.join(map(repr, allowed))}, got {name!r}.")

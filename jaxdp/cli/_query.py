@@ -142,7 +142,7 @@ def query(args):
     indicator = None
     if info.name in SADDLEPOINT_METHODS and math.isfinite(eps) and eps > 0:
         terms = jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=args.steps)
-        if info.name == "saddlepoint-delta2":  # delta_2's distance to the split estimate, in epsilon
+        if info.name == "delta2":  # delta_2's distance to the split estimate, in epsilon
             gap = abs(float(terms.log_delta_plain) - float(terms.log_delta))
             indicator = gap / max(float(terms.saddle_point) * eps, 1e-300)
         else:
@@ -179,11 +179,11 @@ SADDLEPOINT_WARN = 0.01
 
 
 #: the saddle-point estimates whose error indicator the command line reports
-SADDLEPOINT_METHODS = ("saddlepoint", "saddlepoint-split", "saddlepoint-delta2")
+SADDLEPOINT_METHODS = ("saddlepoint", "delta2")
 
 
 def _saddlepoint_warning(name, indicator):
-    better = "--method saddlepoint, " if name == "saddlepoint-delta2" else ""
+    better = "--method saddlepoint, " if name == "delta2" else ""
     return (
         f"the saddle-point estimate's error indicator is {indicator:.1%} of epsilon (over 1 %): prefer "
         f"{better}--method characteristic, or the certified bound, for this setting"

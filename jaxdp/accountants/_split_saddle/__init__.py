@@ -1,4 +1,4 @@
-"""The bulk/jump-split saddle-point estimate: ``method="saddlepoint"`` (``delta_2`` alone is ``"saddlepoint-delta2"``).
+"""The bulk/jump-split saddle-point estimate: ``method="saddlepoint"`` (``delta_2`` alone is ``"delta2"``).
 
 At small sampling rates the tilted step law ``P(x) e^{t* L(x)} / M(t*)`` at the saddle point ``t*`` has
 a heavy right shoulder or a second mode: the outputs where the privacy loss is in its linear regime
@@ -39,7 +39,6 @@ split and its cumulants), ``_jumps`` (one and many jumps), ``_few`` (the few-ste
 delta) and ``_solve`` (epsilon).
 """
 
-import dataclasses
 
 from jaxdp.accountants._registry import MethodInfo
 from jaxdp.accountants._split_saddle._estimate import SplitTerms, log_delta_estimate, split_terms
@@ -68,11 +67,4 @@ _SADDLEPOINT = MethodInfo(
     companion="certified",
     quick_compile=True,
 )
-METHODS = (
-    _SADDLEPOINT,
-    dataclasses.replace(
-        _SADDLEPOINT,
-        name="saddlepoint-split",
-        description='"saddlepoint" under its name in jaxdp 0.1.0 (the same estimate)',
-    ),
-)
+METHODS = (_SADDLEPOINT,)

@@ -54,7 +54,7 @@ def _mixture_of(mech):
     raise NotImplementedError(
         f"method='certified' supports Gaussian and mixture-of-Gaussians mechanisms "
         f"(Poisson-subsampled Gaussian included), not {type(mech).__name__}; "
-        "use method='saddlepoint-certified' or 'rdp' for it."
+        "use method='delta2-certified' or 'rdp' for it."
     )
 
 

@@ -266,7 +266,7 @@ METHODS = (
             staged=True,
             quick_compile=True,
         ),
-        by="saddlepoint-certified",
+        by="delta2-certified",
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
     ),
     screened(
@@ -281,7 +281,7 @@ METHODS = (
             staged=True,
             quick_compile=True,
         ),
-        by="saddlepoint-certified",
+        by="delta2-certified",
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
     ),
 )
