@@ -108,9 +108,7 @@ def _mech(row):
 def test_reference_epsilon_rows(row):
     m = _mech(row)
     est = float(jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="saddlepoint"))
-    upper = float(
-        jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="delta2-certified")
-    )
+    upper = float(jaxdp.epsilon_for_delta(m, delta=row["delta"], num_steps=row["steps"], method="delta2-certified"))
     rel = abs(est - row["epsilon"]) / row["epsilon"]
     assert rel <= (0.01 if row["q"] * row["steps"] >= 5 else 0.03)
     assert upper >= row["epsilon"]  # a certified bound below the truth is a bug
@@ -307,7 +305,14 @@ def test_the_curve_iteration_returns_the_point_it_evaluated_last():
         lo, hi = jnp.full(3, -5.0), jnp.full(3, 5.0)
         for cap in (1, 2, 3, 40):
             u, _, (eps, t) = iterate_on_curve(
-                point, None, target, lo, hi, jnp.zeros(3), evaluated=True, tol=jnp.array([1e-3, 1e-9, 1e-12]),
+                point,
+                None,
+                target,
+                lo,
+                hi,
+                jnp.zeros(3),
+                evaluated=True,
+                tol=jnp.array([1e-3, 1e-9, 1e-12]),
                 max_iterations=cap,
             )
             np.testing.assert_array_equal(np.exp(np.asarray(u)), np.asarray(t))
@@ -336,3 +341,50 @@ def test_the_screens_epsilon_passes_a_check_made_afresh(sigma, q, steps, delta):
         )
         assert float(again) <= math.log(delta)
         assert 0.0 < float(stage.estimate) < float(stage.epsilon)
+
+
+def _psg_k1_by_quadrature(t, sigma, q, steps):
+    """``K'(t)`` of ``steps`` remove-adjacent subsampled Gaussian steps by scipy quadrature (independent of jaxdp):
+    the mean of the loss ``log P/Q`` under ``P^{1+t} Q^{-t}``, ``P = (1-q) N(0, s^2) + q N(1, s^2)``, ``Q = N(0, s^2)``.
+    """
+    from scipy import integrate, stats
+
+    def log_p(x):
+        return np.logaddexp(np.log1p(-q) + stats.norm.logpdf(x, 0, sigma), np.log(q) + stats.norm.logpdf(x, 1, sigma))
+
+    def weight(x):
+        return np.exp((1 + t) * log_p(x) - t * stats.norm.logpdf(x, 0, sigma))
+
+    lim = (-12 * sigma, 1 + 12 * sigma + 2 * t * sigma * sigma)
+    opts = {"limit": 400, "epsabs": 0, "epsrel": 1e-11}
+    mean = integrate.quad(lambda x: weight(x) * (log_p(x) - stats.norm.logpdf(x, 0, sigma)), *lim, **opts)[0]
+    return steps * mean / integrate.quad(weight, *lim, **opts)[0]
+
+
+@pytest.mark.parametrize(
+    ("sigma", "q", "steps", "eps"), [(1.1, 0.01, 1000, 1.5), (0.8, 0.05, 200, 4.0), (2.0, 0.2, 10, 0.8)]
+)
+def test_one_saddle_point_solver_for_every_caller(monkeypatch, sigma, q, steps, eps):
+    """The saddle point of a fixed epsilon, ``K'(t) = eps + 1/t + 1/(1+t)``, is solved in one place
+    (``_cgf.solve_saddle_point``): the accountants' differentiable ``saddle_point`` and Monte Carlo's sampler tilt
+    both call it, and agree with scipy's root of the quadrature ``K'`` to 1e-12."""
+    from scipy import optimize
+
+    from jaxdp.accountants import _cgf
+    from jaxdp.accountants.montecarlo import _engine
+
+    calls = []
+    solve = _cgf.solve_saddle_point
+    monkeypatch.setattr(_cgf, "solve_saddle_point", lambda *a, **k: calls.append(1) or solve(*a, **k))
+
+    def g(u):
+        return _psg_k1_by_quadrature(math.exp(u), sigma, q, steps) - eps - math.exp(-u) - 1 / (1 + math.exp(u))
+
+    want = math.exp(optimize.brentq(g, -6.0, 3.0, xtol=1e-14))
+    mech = jaxdp.PoissonSubsampledGaussian(sigma, q)
+    with x64():
+        got = float(_cgf.saddle_point(to_f64(as_composition(mech, steps)), "remove", eps))
+        tilt = float(_engine.saddle_t((_engine.Part(to_f64(mech), steps),), "remove", eps))
+    assert len(calls) == 2
+    assert got == pytest.approx(want, rel=1e-12)
+    assert tilt == pytest.approx(got, rel=1e-14)

@@ -22,7 +22,16 @@ from jaxdp.mechanisms import (
     mixture_rule,
     scan_stack,
 )
-from jaxdp.numerics import log_ndtr, log_sub_exp, nufft1, solve_decreasing, sparse_cond, traced_once, zeros_of
+from jaxdp.numerics import (
+    log_ndtr,
+    log_sub_exp,
+    nufft1,
+    safeguarded_newton,
+    solve_decreasing,
+    sparse_cond,
+    traced_once,
+    zeros_of,
+)
 
 LOG_T_LO = math.log(1e-6)
 LOG_T_HI = math.log(1e7)
@@ -82,8 +91,32 @@ def guess_log_t_for_delta(comp, log_delta):
     return clip_log_t(0.5 * jnp.log(2.0 * jnp.maximum(-log_delta, 1e-3) / mu2))
 
 
+def solve_saddle_point(k12, epsilon, u0, lo, hi):
+    """``log t*`` with ``K'(t*) = eps + 1/t* + 1/(1+t*)``: THE saddle-point iteration of the library (every tilt of a
+    fixed epsilon is solved here).  ``k12(t) -> (K'(t), K''(t))`` is the composition's (a :class:`Composition`'s in
+    :func:`saddle_point`, Monte Carlo's parts' in its sampler).  Newton in ``u = log t`` on the analytic slope
+    :func:`curve_slope` (``K''`` comes with ``K'`` from one traced rule: no derivative of ``K'`` in the loop), a
+    bisection where a step leaves the bracket ``[lo, hi]`` (``eps(t)`` increases in ``u``, so the root is bracketed
+    and unique).  Not differentiated: :func:`saddle_point` wraps it with the implicit derivative, a sampler stops
+    the gradient."""
+
+    def vsa(u):  # (h decreasing in u, its slope, no aux)
+        t = jnp.exp(u)
+        k1, k2 = k12(t)
+        h = -(k1 - epsilon - 1.0 / t - 1.0 / (1.0 + t))
+        return h, -curve_slope(t, k2), jnp.zeros_like(h)
+
+    u, _, _ = safeguarded_newton(vsa, lo, hi, u0, ftol=0.0, xtol=SADDLE_XTOL)
+    return u
+
+
+#: the saddle-point iteration stops after a Newton step of at most this (in log t; its error is then ~ its square)
+SADDLE_XTOL = 1e-10
+
+
 def saddle_point(comp: Composition, direction: str, epsilon):
-    """``t*`` solving ``K'(t) = eps + 1/t + 1/(1+t)`` (differentiable)."""
+    """``t*`` solving ``K'(t) = eps + 1/t + 1/(1+t)`` (differentiable: the implicit derivative at the root of
+    :func:`solve_saddle_point`)."""
 
     def h(u):  # decreasing in u = log t
         t = jnp.exp(u)
@@ -92,7 +125,12 @@ def saddle_point(comp: Composition, direction: str, epsilon):
 
     u0 = guess_log_t_for_epsilon(comp, epsilon)
     lo, hi = log_t_bracket(u0)
-    return jnp.exp(solve_decreasing(h, lo, hi, x0=u0))
+    comp_c, eps_c = jax.lax.stop_gradient((comp, epsilon))
+
+    def solver(x0):
+        return solve_saddle_point(lambda t: k012(comp_c, direction, t)[1:], eps_c, x0, lo, hi)
+
+    return jnp.exp(solve_decreasing(h, lo, hi, x0=u0, solver=solver))
 
 
 def log_deltas(k0, k1, k2, t, epsilon):

@@ -10,9 +10,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.accountants._bounds import pure_dp_log_delta
-from jaxdp.accountants._cgf import (
-    saddle_point,
-)
+from jaxdp.accountants._cgf import curve_slope, saddle_point
 from jaxdp.accountants._split_saddle._edgeworth import _log_terms
 from jaxdp.accountants._split_saddle._few import _with_few_steps_terms
 from jaxdp.accountants._split_saddle._jumps import (
@@ -88,7 +86,7 @@ def _bulk_saddle_rows(bulk_term, t, eps) -> _Rows:
         tau = jnp.exp(u)
         log_mass, kappa = bulk_term(tau)
         g = kappa[0] - eps - 1.0 / tau - 1.0 / (1.0 + tau)
-        dg = tau * kappa[1] + 1.0 / tau + tau / ((1.0 + tau) * (1.0 + tau))
+        dg = curve_slope(tau, kappa[1])  # (the saddle-point Newton step of _cgf.solve_saddle_point, fused here)
         du = jnp.clip(-g / jnp.maximum(dg, 1e-300), -1.0, 1.0)
         u_new = jnp.clip(jnp.where(jnp.isfinite(du), u + du, u), lo, hi)
         return jnp.where(i < BULK_NEWTON_STEPS, u_new, u), log_mass, kappa

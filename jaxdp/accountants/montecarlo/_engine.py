@@ -33,9 +33,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec
 
+from jaxdp.accountants import _cgf
 from jaxdp.accountants.montecarlo import _exact_tilt
 from jaxdp.accountants.montecarlo import _families as fam_mod
-from jaxdp.numerics import bisect
 
 CHUNK = 4096
 BLOCK = 256
@@ -51,16 +51,21 @@ def total_steps(parts) -> int:
     return int(sum(p.count for p in parts))
 
 
+def k012(parts, direction, t):
+    """``K, K', K''`` of the composed parts at ``t``: each part's mechanism's ``cgf_derivatives`` (one traced rule)."""
+    per_part = [p.mech.cgf_derivatives(t, direction) for p in parts]
+    return tuple(sum(p.count * d[i] for p, d in zip(parts, per_part)) for i in range(3))
+
+
 def saddle_t(parts, direction, eps):
-    """``t* >= 0`` with ``sum n_i K_i'(t*) = eps + 1/t* + 1/(1 + t*)`` (bisection in ``log t``)."""
-
-    def g(u):
-        t = jnp.exp(u)
-        k1 = sum(p.count * p.mech.cgf_derivatives(t, direction)[1] for p in parts)
-        return k1 - eps - 1.0 / t - 1.0 / (1.0 + t)
-
-    a, b = bisect(lambda m: ~(g(m) > 0), jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4)), 60)
-    return jax.lax.stop_gradient(jnp.exp(0.5 * (a + b)))
+    """``t* >= 0`` with ``sum n_i K_i'(t*) = eps + 1/t* + 1/(1 + t*)``, within ``[1e-4, 1e4]``: the library's
+    saddle-point iteration (:func:`~jaxdp.accountants._cgf.solve_saddle_point`), from ``t = 1``; a sampler's tilt,
+    so no derivative."""
+    eps = jax.lax.stop_gradient(jnp.asarray(eps, jnp.float64))
+    u = _cgf.solve_saddle_point(
+        lambda t: k012(parts, direction, t)[1:], eps, jnp.zeros_like(eps), math.log(1e-4), math.log(1e4)
+    )
+    return jax.lax.stop_gradient(jnp.exp(u))
 
 
 def plan_proposals(parts, direction, eps, estimator, theta_one=None):

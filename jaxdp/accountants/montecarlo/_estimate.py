@@ -98,15 +98,9 @@ def raw_key(key):
 
 
 # -- saddle-point starting values (the tilt and the epsilon grid are centred on them) --------------
-def _k012(parts, direction, t):
-    """``K, K', K''`` of the composition, each part's by its mechanism's ``cgf_derivatives`` (one traced rule)."""
-    per_part = [p.mech.cgf_derivatives(t, direction) for p in parts]
-    return tuple(sum(p.count * d[i] for p, d in zip(parts, per_part)) for i in range(3))
-
-
 def _approx_at_t(parts, direction, t):
     """(eps, log delta) of the Lugannani-Rice-like saddle-point approximation at tilt ``t``."""
-    k0, k1, k2 = _k012(parts, direction, t)
+    k0, k1, k2 = _engine.k012(parts, direction, t)
     eps = k1 - 1.0 / t - 1.0 / (1.0 + t)
     log_delta = k0 - t * eps - jnp.log(t * (1.0 + t)) - 0.5 * jnp.log(2.0 * math.pi * jnp.maximum(k2, 1e-300))
     return eps, log_delta

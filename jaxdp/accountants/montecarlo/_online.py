@@ -47,7 +47,7 @@ import numpy as np
 from jaxdp.accountants.montecarlo import _engine
 from jaxdp.accountants.montecarlo import _families as fam_mod
 from jaxdp.accountants.montecarlo._estimate import _check_common, _z, parts_of
-from jaxdp.numerics import argmax, float64_entry, logsumexp, pytree_dataclass
+from jaxdp.numerics import argmax, bisect, float64_entry, logsumexp, pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["OnlineCurve", "online_epsilon"]
@@ -159,13 +159,10 @@ def _saddle_tilts(fam, log_delta, steps):
         return b * k0 - t * eps - jnp.log(t * (1.0 + t)) - 0.5 * jnp.log(2.0 * math.pi * jnp.maximum(b * k2, 1e-300))
 
     def one(b):
-        def body(_, ab):
-            lo, hi = ab
-            m = 0.5 * (lo + hi)
-            up = ~(log_delta_at(b, jnp.exp(m)) < log_delta)  # log delta decreases with t
-            return jnp.where(up, m, lo), jnp.where(up, hi, m)
+        def root_above(m):  # log delta decreases with t
+            return ~(log_delta_at(b, jnp.exp(m)) < log_delta)
 
-        lo, hi = jax.lax.fori_loop(0, 50, body, (jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e3))))
+        lo, hi = bisect(root_above, jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e3)), 50)
         return jnp.exp(0.5 * (lo + hi))
 
     return jnp.nan_to_num(jax.vmap(one)(steps), nan=1.0)
