@@ -20,9 +20,8 @@ from __future__ import annotations
 import re
 
 #: (method, form) -> ops measured on 2026-12-02 (JAX 0.10.2; after each costly function's Python traced once, and
-#: minimize_on_grid's one copy of its function: the Renyi-DP bound and certified's last resort; characteristic's
-#: user_jit after the screen shared with its certified fallback, 18,106 before; then the one saddle-point iteration,
-#: Newton on the analytic K'': certified's two-pass and user_jit, characteristic's and the terms' programs shrank)
+#: minimize_on_grid's one copy of its function, the screen characteristic shares with its certified fallback under a
+#: user's trace, and the one saddle-point iteration on the analytic K'')
 MEASURED = {
     ("certified", "concrete"): 6_596,
     ("certified", "two_pass"): 11_180,

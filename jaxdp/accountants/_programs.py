@@ -35,9 +35,8 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
     def one(worst, c, d, a, given):
         if screen is None:
             return _larger(worst, get(info)(c, d, a))
-        if given is not None:
-            stage = given
-            cheap = stage.epsilon if screen.epsilon_stage is not None else stage
+        if given is not None:  # (a stage of _screen_and_worst: the screen has an epsilon_stage, see _shared_screen)
+            stage, cheap = given, given.epsilon
         elif reuse is not None and screen.epsilon_stage is not None:
             stage = screen.epsilon_stage(c, d, a)
             cheap = stage.epsilon
