@@ -71,7 +71,15 @@ def test_help_shows_defaults_and_one_name_per_concept(capsys):
         main(["calibrate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: characteristic)" in text and "(default: certified-fast)" in text
+    assert "the parameter solved for; the other two are given (default: sigma)" in text
+    with pytest.raises(SystemExit):
+        main(["online", "--help"])
+    assert "(default: 0)" in " ".join(capsys.readouterr().out.split())  # (--seed: a default of 0 is shown too)
     parser = build_parser()
+    # calibrate's search cap is --steps-max (as --sigma-max); --max-steps, its earlier name, still parses
+    base = ["calibrate", "--target-epsilon", "1", "--delta", "1e-5"]
+    assert parser.parse_args([*base, "--steps-max", "50"]).steps_max == 50
+    assert parser.parse_args([*base, "--max-steps", "50"]).steps_max == 50
     for new, old in (("--steps", "--max-steps"),):
         for command in ("curve", "online"):
             base = [command, "--sigma", "1", "--delta", "1e-5"]
@@ -115,6 +123,13 @@ _BEFORE_JAX = [
     "verify --sigma 1 --q 0.01 --steps 10 --epsilon 1 --delta-est 2",
     "curve --sigma 1 --q 0.01 --max-steps 10 --delta 1e-5 --group-size 0",
     "epsilon --sigma 1 --steps 10 --delta 1e-5 --dataset-size 100",
+    "sweep --target-epsilon 2 --delta 1e-5 --q 0.01,2 --steps 100",
+    "sweep --target-epsilon 2 --delta 1e-5 --q 0.01 --steps 100,0",
+    "online --sigma 1 --q 0.01 --steps 10 --delta 1e-5 --samples 0",
+    "verify --sigma 1 --q 0.01 --steps 10 --epsilon 1 --delta-est 1e-5 --max-samples 0",
+    "calibrate --target-epsilon 2 --delta 1e-5 --solve-for q --steps 100",
+    "epsilon --mechanism laplace --q 0.1 --sigma 1 --steps 10 --delta 1e-5",
+    "epsilon --mechanism gaussian --q 0.1 --sigma 1 --steps 10 --delta 1e-5",
 ]
 
 

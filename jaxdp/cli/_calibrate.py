@@ -12,27 +12,16 @@ from jaxdp.cli._options import sampling_record
 from jaxdp.cli._render import finite_or_none, pyplot
 
 
-def need(args, *names):
-    for name in names:
-        if getattr(args, name) is None:
-            flag = "--" + name.replace("_", "-")
-            raise ValueError(f"--solve-for {args.solve_for} needs {flag}.")
-
-
 def calibrate(args):
     import jaxdp
 
     certify = None if args.certify.lower() == "none" else args.certify
     common = {"target_epsilon": args.target_epsilon, "delta": args.delta, "method": args.method, "certify": certify}
     start = time.perf_counter()
-    if args.sampling == "fixed" and args.solve_for != "sigma":
-        raise ValueError("--sampling fixed calibrates the noise multiplier only (--solve-for sigma).")
     if args.solve_for == "sigma" and args.sampling == "fixed":
-        need(args, "steps")
         family = functools.partial(mechanism_of, args)
         r = jaxdp.calibrate_noise_multiplier(num_steps=args.steps, mechanism=family, sigma_max=args.sigma_max, **common)
     elif args.solve_for == "sigma":
-        need(args, "q", "steps")
         if args.group_size is not None and args.group_size != 1:
             family = functools.partial(mechanism_of, args)
             r = jaxdp.calibrate_noise_multiplier(
@@ -43,12 +32,10 @@ def calibrate(args):
                 sampling_prob=args.q, num_steps=args.steps, sigma_max=args.sigma_max, **common
             )
     elif args.solve_for == "q":
-        need(args, "sigma", "steps")
         r = jaxdp.calibrate_sampling_prob(noise_multiplier=args.sigma, num_steps=args.steps, **common)
     else:
-        need(args, "sigma", "q")
         r = jaxdp.calibrate_num_steps(
-            noise_multiplier=args.sigma, sampling_prob=args.q, max_steps=args.max_steps, **common
+            noise_multiplier=args.sigma, sampling_prob=args.q, max_steps=args.steps_max, **common
         )
     seconds = time.perf_counter() - start
     steps = float(r.num_steps)

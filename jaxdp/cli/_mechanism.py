@@ -14,15 +14,12 @@ def mechanism_of(args, sigma=None):
     """
     import jaxdp
 
+    check_mechanism(args)
     sigma = args.sigma if sigma is None else sigma
     group = getattr(args, "group_size", None)
     adjacency = getattr(args, "adjacency", "add_or_remove")
     mechanism = getattr(args, "mechanism", "poisson-gaussian")
-    if group is not None and group < 1:
-        raise ValueError(f"--group-size must be an integer >= 1, got {group}.")
     if args.sampling == "fixed":
-        if mechanism != "poisson-gaussian":
-            raise ValueError("--sampling fixed is a subsampled Gaussian: leave --mechanism at poisson-gaussian.")
         return jaxdp.MixtureOfGaussians.fixed_batch_group(
             sigma,
             dataset_size=args.dataset_size,
@@ -31,16 +28,24 @@ def mechanism_of(args, sigma=None):
             adjacency=adjacency,
         )
     if mechanism == "laplace":
-        if args.q != 1.0 or group:
-            raise ValueError("--mechanism laplace takes no --q or --group-size.")
         return jaxdp.Laplace(sigma, adjacency=adjacency)
-    if mechanism == "gaussian" and args.q != 1.0:
-        raise ValueError("--mechanism gaussian means no subsampling; use --q 1 or --mechanism poisson-gaussian.")
     if group is not None and (group > 1 or args.q < 1.0):
         return jaxdp.MixtureOfGaussians.poisson_group(sigma, args.q, group, adjacency=adjacency)
     if args.q == 1.0:
         return jaxdp.Gaussian(sigma, adjacency=adjacency)
     return jaxdp.PoissonSubsampledGaussian(sigma, args.q, adjacency=adjacency)
+
+
+def check_mechanism(args):
+    """The options' consistency, in pure Python (called before JAX is imported, and by :func:`mechanism_of`)."""
+    mechanism = getattr(args, "mechanism", "poisson-gaussian")
+    q, group = getattr(args, "q", None), getattr(args, "group_size", None)
+    if getattr(args, "sampling", "poisson") == "fixed" and mechanism != "poisson-gaussian":
+        raise ValueError("--sampling fixed is a subsampled Gaussian: leave --mechanism at poisson-gaussian.")
+    if mechanism == "laplace" and ((q is not None and q != 1.0) or group):
+        raise ValueError("--mechanism laplace takes no --q or --group-size.")
+    if mechanism == "gaussian" and q is not None and q != 1.0:
+        raise ValueError("--mechanism gaussian means no subsampling; use --q 1 or --mechanism poisson-gaussian.")
 
 
 def with_options(args, **changes):

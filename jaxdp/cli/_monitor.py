@@ -82,8 +82,6 @@ def online(args):
 
     import jaxdp
 
-    if args.samples < 1:
-        raise ValueError(f"--samples must be an integer >= 1, got {args.samples}.")
     mech = mechanism_of(args)
     start = time.perf_counter()
     curve = with_progress(

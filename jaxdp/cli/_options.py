@@ -36,7 +36,8 @@ class _Help(argparse.HelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        shown = action.default not in (None, False, argparse.SUPPRESS) and "%(default)" not in text
+        # (identity, not ``in``: a default of 0 equals False and would be hidden)
+        shown = all(action.default is not v for v in (None, False, argparse.SUPPRESS)) and "%(default)" not in text
         return f"{text} (default: %(default)s)" if shown and action.option_strings else text
 
 
@@ -85,12 +86,23 @@ def _int(name):
 _steps = _int("--steps")
 
 
-def _floats(name):
+def _floats(name, within=None):
+    """argparse type: comma-separated numbers, each checked as :func:`_float` checks one (``within``: a range of
+    ``_RANGES``, or ``"steps"``: integers >= 1)."""
+    one = _int(name) if within == "steps" else _float(name, within)
+
     def parse(text):
+        values = [v for v in text.split(",") if v.strip()]
         try:
-            return [float(v) for v in text.split(",") if v.strip()]
+            [float(v) for v in values]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be comma-separated numbers, got {text!r}") from None
+            values = []
+        if not values:
+            raise argparse.ArgumentTypeError(f"{name} must be comma-separated numbers, got {text!r}")
+        try:
+            return [float(one(v)) for v in values]
+        except argparse.ArgumentTypeError as err:
+            raise argparse.ArgumentTypeError(f"{err} (in {name} {text})") from None
 
     return parse
 
@@ -151,13 +163,8 @@ def add_sigma(p, *, required=True, help="noise multiplier (> 0)"):
     p.add_argument("--sigma", type=_float("--sigma", "positive"), required=required, default=None, help=help)
 
 
-def add_q(p):
-    p.add_argument(
-        "--q",
-        type=_float("--q", "probability"),
-        default=None,
-        help="sampling probability in (0, 1]; 1 = no subsampling",
-    )
+def add_q(p, *, help="sampling probability in (0, 1]; 1 = no subsampling (default 1)"):
+    p.add_argument("--q", type=_float("--q", "probability"), default=None, help=help)
 
 
 def add_steps(p, *, required=True):
@@ -191,7 +198,7 @@ def add_adjacency(p):
     p.add_argument("--adjacency", choices=ADJACENCIES, default="add_or_remove", help="neighbouring datasets")
 
 
-def add_group_size(p, *, help="group privacy for k records"):
+def add_group_size(p, *, help="group privacy for k records (default 1)"):
     p.add_argument("--group-size", type=_int("--group-size"), default=None, help=help)
 
 
@@ -224,7 +231,9 @@ def _add_query(p):
         default=None,
         help=f"accountant (see `jaxdp methods`); default {DEFAULT_METHOD!r} ({FALLBACK_METHOD!r} for laplace)",
     )
-    p.add_argument("--samples", type=int, default=1_000_000, help="Monte Carlo samples (--method montecarlo)")
+    p.add_argument(
+        "--samples", type=_int("--samples"), default=1_000_000, help="Monte Carlo samples (--method montecarlo)"
+    )
     add_seed(p, help="Monte Carlo seed (--method montecarlo)")
     p.add_argument(
         "--estimator", choices=ESTIMATORS, default="tilted", help="Monte Carlo estimator (--method montecarlo)"
@@ -249,14 +258,26 @@ def build_parser():
     pc = sub.add_parser("calibrate", help="noise multiplier (or q, or steps) for a privacy budget")
     add_target_epsilon(pc)
     add_delta(pc)
-    pc.add_argument("--solve-for", choices=("sigma", "q", "steps"), default="sigma")
+    pc.add_argument(
+        "--solve-for",
+        choices=("sigma", "q", "steps"),
+        default="sigma",
+        help="the parameter solved for; the other two are given",
+    )
     add_sigma(pc, required=False, help="noise multiplier (when solving for q or steps)")
-    add_q(pc)
+    add_q(pc, help="sampling probability in (0, 1] (when solving for sigma or steps)")
     add_steps(pc, required=False)
     add_group_size(pc, help="group privacy for k records (solving for sigma)")
     add_sampling(pc)
     pc.add_argument("--sigma-max", type=_float("--sigma-max", "positive"), default=100.0, help="largest sigma searched")
-    pc.add_argument("--max-steps", type=_steps, default=10**7, help="largest number of steps searched")
+    pc.add_argument(
+        "--steps-max",
+        "--max-steps",
+        dest="steps_max",
+        type=_int("--steps-max"),
+        default=10**7,
+        help="largest number of steps searched (--max-steps: its earlier name, deprecated: elsewhere it is --steps)",
+    )
     pc.add_argument("--method", default="characteristic", help="estimate that drives the search")
     pc.add_argument(
         "--certify", default="certified-fast", help="certified accountant of the final check ('none' to skip it)"
@@ -266,9 +287,16 @@ def build_parser():
     ps = sub.add_parser("sweep", help="calibrate sigma on a grid of (q, steps); CSV and an optional heatmap")
     add_target_epsilon(ps)
     add_delta(ps)
-    ps.add_argument("--q", type=_floats("--q"), default=None, help="comma-separated sampling probabilities")
+    ps.add_argument(
+        "--q", type=_floats("--q", "probability"), default=None, help="comma-separated sampling probabilities in (0, 1]"
+    )
     add_sampling(ps, batch_sizes=True)
-    ps.add_argument("--steps", type=_floats("--steps"), required=True, help="comma-separated numbers of steps")
+    ps.add_argument(
+        "--steps",
+        type=_floats("--steps", "steps"),
+        required=True,
+        help="comma-separated numbers of steps (integers >= 1)",
+    )
     ps.add_argument("--method", default="saddlepoint", help="estimate that drives the search")
     ps.add_argument("--certify", default="certified-fast", help="certified accountant of the check ('none' to skip)")
     ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
@@ -287,7 +315,7 @@ def build_parser():
     pv.add_argument("--delta-est", type=_float("--delta-est", "open_unit"), required=True, help="the estimated delta")
     pv.add_argument("--tau", type=_float("--tau", "open_unit"), default=0.9, help="tolerated underestimate in (0, 1)")
     add_seed(pv, help="seed of the verifier's samples")
-    pv.add_argument("--max-samples", type=int, default=10**8, help="most samples per direction")
+    pv.add_argument("--max-samples", type=_int("--max-samples"), default=10**8, help="most samples per direction")
     add_json(pv)
 
     po = sub.add_parser("online", help="Monte Carlo epsilon after every step, from one sample set")
@@ -297,7 +325,7 @@ def build_parser():
     add_last_step(po)
     add_delta(po)
     add_adjacency(po)
-    po.add_argument("--samples", type=int, default=100_000, help="sample paths")
+    po.add_argument("--samples", type=_int("--samples"), default=100_000, help="sample paths")
     add_seed(po)
     add_outputs(po, csv="print CSV: step, epsilon, stderr, ci_low, ci_high")
 
@@ -379,3 +407,22 @@ def check(args):
         if name is not None and name not in allowed and not (option == "certify" and name.lower() == "none"):
             raise ValueError(f"--{option}: {option} must be one of {', '.join(map(repr, allowed))}, got {name!r}.")
     resolve_sampling(args, q_default=None if args.command in ("calibrate", "sweep") else 1.0)
+    if args.command == "calibrate":
+        _check_calibrate(args)
+    from jaxdp.cli._mechanism import check_mechanism
+
+    check_mechanism(args)
+
+
+#: what each ``--solve-for`` needs given
+_SOLVE_FOR_NEEDS = {"sigma": ("q", "steps"), "q": ("sigma", "steps"), "steps": ("sigma", "q")}
+
+
+def _check_calibrate(args):
+    if args.sampling == "fixed" and args.solve_for != "sigma":
+        raise ValueError("--sampling fixed calibrates the noise multiplier only (--solve-for sigma).")
+    # (fixed batches: q is B / N; solving for sigma with a group, q may be left at 1)
+    needs = ("steps",) if args.solve_for == "sigma" and args.sampling == "fixed" else _SOLVE_FOR_NEEDS[args.solve_for]
+    for name in needs:
+        if getattr(args, name) is None:
+            raise ValueError(f"--solve-for {args.solve_for} needs --{name}.")

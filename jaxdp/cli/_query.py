@@ -37,8 +37,6 @@ def _montecarlo(args, mech):
 
     import jaxdp
 
-    if args.samples < 1:
-        raise ValueError(f"--samples must be an integer >= 1, got {args.samples}.")
     key = jax.random.key(args.seed)
     start = time.perf_counter()
     common = dict(num_steps=args.steps, key=key, num_samples=args.samples, estimator=args.estimator)
