@@ -104,7 +104,7 @@ def _short(name):
     return name.removeprefix("jaxdp-")
 
 
-def to_markdown(results, repeats):
+def to_markdown(results, repeats, table):
     names = list(results[0]["acc"])
     lines = [
         "# Accountant benchmark: epsilon for Poisson-subsampled Gaussian DP-SGD settings",
@@ -116,6 +116,9 @@ def to_markdown(results, repeats):
         "the reference oracle (`tests/reference_values.py`), whose epsilon is solved to 1e-5 absolute: a certified "
         "bound may sit that much below it (dp_accounting's pessimistic PLD does on psg_0.65_0.01, 1,000 steps).",
         "",
+        "## Summary over the epsilon rows (the README's headline table)",
+        "",
+        table,
         "## epsilon (relative error against the oracle)",
         "",
         "| case | steps | delta | reference eps | " + " | ".join(_short(n) for n in names) + " |",
@@ -150,6 +153,56 @@ def to_markdown(results, repeats):
     return "\n".join(lines) + "\n"
 
 
+#: proven upper bounds among the columns (the rest are estimates; the peers' PLD is pessimistic, its RDP an upper
+#: bound, prv_accountant's an estimate with error bounds)
+CERTIFIED = {"certified", "certified-fast", "delta2-certified", "rdp", "dp_accounting PLD", "dp_accounting RDP"}
+README = os.path.join(HERE, "..", "README.md")
+HEADLINE_MARKERS = ("<!-- headline table: python -m benchmarks accountants -->", "<!-- end of headline table -->")
+
+
+def headline(results):
+    """One row per accountant over every epsilon row: guarantee, median and largest relative error against the
+    oracle, the largest under-report (most negative error, blank where none), median seconds per query and
+    dp_accounting PLD's median time ratio to it."""
+    names = list(results[0]["acc"])
+    lines = [
+        "| accountant | guarantee | median rel. error | largest rel. error | largest under-report | median s/query "
+        "| PLD time / its time |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n in names:
+        errs = [(e["acc"][n][0] - e["ref"]) / e["ref"] for e in results if e["acc"][n][0] == e["acc"][n][0]]
+        secs = [e["acc"][n][1] for e in results if e["acc"][n][1] == e["acc"][n][1]]
+        ratios = [
+            e["acc"]["dp_accounting PLD"][1] / e["acc"][n][1] for e in results if e["acc"][n][1] == e["acc"][n][1]
+        ]
+        failed = len(results) - len(errs)
+        if not errs:
+            lines.append(f"| {_short(n)} | | failed on every row | | | | |")
+            continue
+        worst = max(errs, key=abs)
+        under = min(errs)
+        short = _short(n)
+        lines.append(
+            f"| {short}{' (default)' if short == 'certified' else ''} "
+            f"| {'proven upper bound' if short in CERTIFIED else 'estimate'} "
+            f"| {statistics.median(abs(v) for v in errs):.1e} | {worst:+.1e}"
+            f"{f' ({failed} failed)' if failed else ''} | {f'{under:+.1e}' if under < 0 else ''} "
+            f"| {statistics.median(secs):.4f} | {statistics.median(ratios):.0f}x |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_headline(table, readme=README):
+    """Replaces the README's headline table (between ``HEADLINE_MARKERS``) with ``table``."""
+    with open(readme) as f:
+        text = f.read()
+    start, end = HEADLINE_MARKERS
+    i, j = text.index(start) + len(start), text.index(end)
+    with open(readme, "w") as f:
+        f.write(text[:i] + "\n" + table + text[j:])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
@@ -158,9 +211,12 @@ def main():
     ap.add_argument("--out", default=os.path.join(HERE, "results", "foundation.md"))
     a = ap.parse_args()
     results = run(a.repeats, not a.no_prv, a.methods)
-    text = to_markdown(results, a.repeats) + delta_rows_markdown([m for m in a.methods if m != "exact"])
+    table = headline(results)
+    text = to_markdown(results, a.repeats, table) + delta_rows_markdown([m for m in a.methods if m != "exact"])
     with open(a.out, "w") as f:
         f.write(text)
+    if a.methods == JAXDP_METHODS:  # (the README's table is of the full run only)
+        write_headline(table)
     print(text)
 
 
