@@ -188,7 +188,7 @@ def headline(results):
             f"| {'proven upper bound' if short in CERTIFIED else 'estimate'} "
             f"| {statistics.median(abs(v) for v in errs):.1e} | {worst:+.1e}"
             f"{f' ({failed} failed)' if failed else ''} | {f'{under:+.1e}' if under < 0 else ''} "
-            f"| {statistics.median(secs):.4f} | {statistics.median(ratios):.0f}x |"
+            f"| {statistics.median(secs):.4f} | {statistics.median(ratios):.3g}x |"
         )
     return "\n".join(lines) + "\n"
 
