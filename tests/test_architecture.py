@@ -547,3 +547,15 @@ def test_no_import_cycle():
         if m not in state:
             visit(m, [m])
     assert not cycles, cycles
+
+
+def test_internals_stay_out_of_the_public_surface():
+    """What the packages share among themselves lives in their ``internal`` modules (as ``equinox.internal``), and
+    none of it is in a package's ``__all__`` or the top-level ``jaxdp`` namespace."""
+    import importlib
+
+    for package in ("jaxdp.mechanisms", "jaxdp.accountants"):
+        public = set(importlib.import_module(package).__all__)
+        internal = set(importlib.import_module(package + ".internal").__all__)
+        assert not internal & public, (package, sorted(internal & public))
+        assert not internal & set(jaxdp._EXPORTS), (package, sorted(internal & set(jaxdp._EXPORTS)))

@@ -17,7 +17,7 @@ from _mp_refs import gaussian_delta
 from scipy import stats
 
 import jaxdp
-from jaxdp.accountants import log_delta_gaussian
+from jaxdp.accountants.internal import log_delta_gaussian
 
 
 def _scipy_delta(mu, eps):

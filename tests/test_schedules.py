@@ -18,8 +18,9 @@ from _helpers import accountant_programs, central_difference, x64
 from _lower_bounds import psg, sum_statistic_log_delta
 
 import jaxdp
-from jaxdp.mechanisms import STACK_CAPACITY, Composition
+from jaxdp.mechanisms import Composition
 from jaxdp.mechanisms._composition import _unchecked_composition
+from jaxdp.mechanisms.internal import STACK_CAPACITY
 
 SIGMAS = [1.3, 1.1, 0.95, 0.8, 0.7]
 QS = [0.004, 0.01, 0.01, 0.02, 0.03]

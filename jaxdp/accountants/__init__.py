@@ -17,10 +17,7 @@ from jaxdp.accountants._api import (
     default_method,
     delta_for_epsilon,
     epsilon_for_delta,
-    epsilon_of_composition,
-    epsilon_of_concrete,
     log_delta_for_epsilon,
-    log_delta_of_composition,
     method_info,
     register_method,
     renyi_dp,
@@ -28,7 +25,6 @@ from jaxdp.accountants._api import (
     screened,
     with_fallback,
 )
-from jaxdp.accountants._exact import log_delta_gaussian
 from jaxdp.accountants._group import GroupCurve, group_curve
 from jaxdp.accountants._registry import Screened, WithFallback
 from jaxdp.accountants._split_saddle import SplitTerms
@@ -67,15 +63,11 @@ __all__ = [
     "default_method",
     "delta_for_epsilon",
     "epsilon_for_delta",
-    "epsilon_of_composition",
-    "epsilon_of_concrete",
     "evr",
     "evr_offset",
     "evr_plan",
     "group_curve",
     "log_delta_for_epsilon",
-    "log_delta_gaussian",
-    "log_delta_of_composition",
     "method_info",
     "montecarlo_delta",
     "montecarlo_epsilon",

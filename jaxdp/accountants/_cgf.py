@@ -13,15 +13,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.mechanisms import (
-    Composition,
-    MixtureMechanism,
-    by_direction,
-    component_posterior,
-    is_stacked,
-    mixture_rule,
-    scan_stack,
-)
+from jaxdp.mechanisms import Composition, MixtureMechanism, by_direction
+from jaxdp.mechanisms.internal import component_posterior, is_stacked, mixture_rule, scan_stack
 from jaxdp.numerics import (
     log_ndtr,
     log_sub_exp,

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp import accountants as _accountant
+from jaxdp.accountants import internal as _internal
 from jaxdp.calibration._result import (
     AT_LIMIT,
     CERTIFY_ROUNDS,
@@ -56,7 +56,7 @@ def _host_one(solved_for, args, method, certify, mechanism):
     def epsilon(x, name):  # (x: the log parameter, or the count; each evaluation once)
         if (x, name) not in known:
             mech, num_steps = mechanism_at(x)
-            eps = _accountant.epsilon_of_concrete(mech, num_steps=num_steps, delta=delta, method=name)
+            eps = _internal.epsilon_of_concrete(mech, num_steps=num_steps, delta=delta, method=name)
             known[x, name] = math.inf if math.isnan(eps) else eps
         return known[x, name]
 

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp import accountants as _accountant
+from jaxdp.accountants import internal as _internal
 from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
 from jaxdp.numerics import (
     DOWN,
@@ -136,7 +137,7 @@ def _rounding(result: CalibrationResult) -> CalibrationResult:
 def _epsilon(mechanism, num_steps, delta, method):
     """Epsilon of the composition (pure, traceable); NaN (overflow) is read as +inf."""
     comp = to_f64(as_composition(mechanism, num_steps))
-    eps = _accountant.epsilon_of_composition(comp, delta, method)
+    eps = _internal.epsilon_of_composition(comp, delta, method)
     return nan_to(eps, jnp.inf)
 
 

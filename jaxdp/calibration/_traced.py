@@ -10,7 +10,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp import accountants as _accountant
+from jaxdp.accountants import internal as _internal
 from jaxdp.calibration._result import (
     CERTIFY_ROUNDS,
     CERTIFY_XTOL,
@@ -131,9 +131,9 @@ def _log_delta_gap(comp, target, log_delta, method):
     (overflow at a tiny noise) is read as ``delta = 1``, i.e. ``+inf``.
     """
     if method is None:  # the Gaussian approximation with the same K(1): closed form, only a start
-        ld = _accountant.log_delta_gaussian(jnp.sqrt(jnp.maximum(comp.gaussian_mu2(), 1e-300)), target)
+        ld = _internal.log_delta_gaussian(jnp.sqrt(jnp.maximum(comp.gaussian_mu2(), 1e-300)), target)
     else:
-        ld = _accountant.log_delta_of_composition(comp, target, method)
+        ld = _internal.log_delta_of_composition(comp, target, method)
     neg = -jnp.minimum(nan_to(ld, 0.0), 0.0)
     return jnp.log(-log_delta) - jnp.log(neg)
 

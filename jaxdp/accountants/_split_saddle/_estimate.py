@@ -42,11 +42,8 @@ from jaxdp.accountants._split_saddle._shape import (
     bulk_shape,
     split_shape,
 )
-from jaxdp.mechanisms import (
-    MixtureMechanism,
-    is_add,
-    scan_parts,
-)
+from jaxdp.mechanisms import MixtureMechanism, is_add
+from jaxdp.mechanisms.internal import scan_parts
 from jaxdp.numerics import traced_once, zeros_of
 
 #: the exact one-jump term is skipped where a bound on it is this far (in log) below the other counts' sum

@@ -10,12 +10,8 @@ import jax.numpy as jnp
 
 from jaxdp.accountants._split_saddle._edgeworth import _log_gauss_term, _log_terms
 from jaxdp.accountants._split_saddle._shape import _LOG_ZERO, SPLIT, _node_cumulants, _one_bump, _step_nodes
-from jaxdp.mechanisms import (
-    MixtureMechanism,
-    by_direction,
-    is_add,
-    scan_parts,
-)
+from jaxdp.mechanisms import MixtureMechanism, by_direction, is_add
+from jaxdp.mechanisms.internal import scan_parts
 from jaxdp.numerics import (
     argmax,
     log1mexp,

@@ -9,14 +9,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.mechanisms import (
-    MixtureMechanism,
-    by_direction,
-    is_stacked,
-    mixture_rule,
-    rule_log_moment,
-    scan_parts,
-)
+from jaxdp.mechanisms import MixtureMechanism, by_direction
+from jaxdp.mechanisms.internal import is_stacked, mixture_rule, rule_log_moment, scan_parts
 from jaxdp.numerics import (
     log1p,
 )

@@ -23,16 +23,8 @@ from jaxdp.accountants.certified._constants import (
     NUM_BINS,
     Z_TAIL,
 )
-from jaxdp.mechanisms import (
-    Gaussian,
-    MixtureMechanism,
-    by_direction,
-    inverse_log_ratio,
-    is_stacked,
-    log_ratio,
-    segment,
-)
-from jaxdp.mechanisms.internal import UNROLL, scaled_exps
+from jaxdp.mechanisms import Gaussian, MixtureMechanism, by_direction, log_ratio, segment
+from jaxdp.mechanisms.internal import UNROLL, inverse_log_ratio, is_stacked, scaled_exps
 from jaxdp.numerics import argmax, keep_x64_mode, log1p, log_normal_mass, mean_factor
 
 

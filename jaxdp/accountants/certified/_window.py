@@ -34,7 +34,8 @@ from jaxdp.accountants.certified._lattice import (
     _num_present,
     _step_pmf,
 )
-from jaxdp.mechanisms import Composition, by_direction, log_ratio, scan_parts
+from jaxdp.mechanisms import Composition, by_direction, log_ratio
+from jaxdp.mechanisms.internal import scan_parts
 
 
 def _fft_rho(num_bins):
@@ -86,7 +87,7 @@ def _tail_z(comp: Composition, log_delta_est):
 def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None) -> _Window:
     """The tilted composed lattice law on a window around its mean (module docstring).
 
-    The parts (a stack's segments one by one, :func:`~jaxdp.mechanisms.scan_parts`) are visited twice: once
+    The parts (a stack's segments one by one, :func:`~jaxdp.mechanisms.internal.scan_parts`) are visited twice: once
     for the lattice spacing and the composed offset, once for the per-step lattice laws and their spectra.
     """
     num_bins, lattice_size = _grid(grid, comp)
@@ -179,8 +180,7 @@ def _build_window(comp: Composition, direction: str, t, log_delta_est, grid=None
         jnp.asarray(_NEG, jnp.float64),
         jnp.zeros(s_grid.shape, jnp.float64),
         tuple(
-            (jnp.zeros(n // 2 + 1, jnp.complex128), zero, zero, zero, jnp.zeros(n // 2 + 1, jnp.float64))
-            for n in sizes
+            (jnp.zeros(n // 2 + 1, jnp.complex128), zero, zero, zero, jnp.zeros(n // 2 + 1, jnp.float64)) for n in sizes
         ),
     )
     log_scale, log_inf, log_chernoff, spectra = scan_parts(comp, step, init)
