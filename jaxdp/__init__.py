@@ -27,6 +27,7 @@ _EXPORTS = {
             "MonteCarloEstimate",
             "MonteCarloGradient",
             "OnlineCurve",
+            "PrivacyReport",
             "SplitTerms",
             "available_methods",
             "bennett_num_samples",
@@ -44,6 +45,7 @@ _EXPORTS = {
             "montecarlo_epsilon",
             "montecarlo_grad",
             "online_epsilon",
+            "privacy_report",
             "register_method",
             "renyi_dp",
             "saddlepoint_terms",
@@ -116,6 +118,7 @@ if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported ea
     from jaxdp.accountants import MonteCarloEstimate as MonteCarloEstimate
     from jaxdp.accountants import MonteCarloGradient as MonteCarloGradient
     from jaxdp.accountants import OnlineCurve as OnlineCurve
+    from jaxdp.accountants import PrivacyReport as PrivacyReport
     from jaxdp.accountants import SplitTerms as SplitTerms
     from jaxdp.accountants import available_methods as available_methods
     from jaxdp.accountants import bennett_num_samples as bennett_num_samples
@@ -133,6 +136,7 @@ if TYPE_CHECKING:  # (for type checkers and editors: the same names, imported ea
     from jaxdp.accountants import montecarlo_epsilon as montecarlo_epsilon
     from jaxdp.accountants import montecarlo_grad as montecarlo_grad
     from jaxdp.accountants import online_epsilon as online_epsilon
+    from jaxdp.accountants import privacy_report as privacy_report
     from jaxdp.accountants import register_method as register_method
     from jaxdp.accountants import renyi_dp as renyi_dp
     from jaxdp.accountants import saddlepoint_terms as saddlepoint_terms

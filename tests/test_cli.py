@@ -344,3 +344,24 @@ def test_vacuous_certified_answer_says_why(capsys):
     assert out["vacuous"] is True and out["epsilon"] is None and "vacuous" in out["note"]
     assert main(args.split()) == 0
     assert "note: vacuous" in capsys.readouterr().out
+
+
+def test_privacy_report_is_the_command_lines_answer():
+    """The policy the command line prints (the certified companion of an estimate, the companion a mechanism falls
+    back on, the trivial answer of a bound that verified nothing) is the library's ``privacy_report``, checked
+    here against the entry points it is made of."""
+    laplace = jaxdp.Laplace(2.0)
+    r = jaxdp.privacy_report(laplace, num_steps=3, delta=1e-5, method="delta2")
+    assert not r.certified and r.certified_upper_method == "delta2-certified"  # (certified does not cover Laplace)
+    assert r.epsilon == float(jaxdp.epsilon_for_delta(laplace, num_steps=3, delta=1e-5, method="delta2"))
+    assert r.certified_upper == float(
+        jaxdp.epsilon_for_delta(laplace, num_steps=3, delta=1e-5, method="delta2-certified")
+    )
+    assert r.error_indicator is not None and r.vacuous is False and r.note is None
+    tiny = jaxdp.PoissonSubsampledGaussian(1e-6, 0.5)
+    v = jaxdp.privacy_report(tiny, num_steps=10, delta=1e-5, method="delta2-certified")
+    assert v.vacuous and v.epsilon == float("inf") and "vacuous" in v.note and v.certified_upper is None
+    d = jaxdp.privacy_report(laplace, num_steps=3, epsilon=1.0, method="delta2-certified")
+    assert d.certified and d.epsilon == 1.0 and 0 < d.delta < 1 and d.certified_upper is None
+    with pytest.raises(ValueError, match="exactly one of delta"):
+        jaxdp.privacy_report(laplace, num_steps=3, delta=1e-5, epsilon=1.0)

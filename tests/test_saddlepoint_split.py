@@ -483,7 +483,7 @@ def test_command_line_warns_where_delta_2_is_off(capsys):
 
     assert main([*_WARN_ARGS, "--method", "delta2"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["error_indicator"] > 0.01 and "--method saddlepoint," in out["warning"]
+    assert out["error_indicator"] > 0.01 and 'method "saddlepoint", "characteristic"' in out["warning"]
 
 
 @pytest.mark.slow  # the command line's own split-estimate program (~40 s to compile on 2 cores)

@@ -27,6 +27,7 @@ from jaxdp.accountants._api import (
 )
 from jaxdp.accountants._group import GroupCurve, group_curve
 from jaxdp.accountants._registry import Screened, WithFallback
+from jaxdp.accountants._report import PrivacyReport, privacy_report
 from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants.montecarlo import (
     EvrPlan,
@@ -54,6 +55,7 @@ __all__ = [
     "MonteCarloEstimate",
     "MonteCarloGradient",
     "OnlineCurve",
+    "PrivacyReport",
     "Screened",
     "SplitTerms",
     "WithFallback",
@@ -73,6 +75,7 @@ __all__ = [
     "montecarlo_epsilon",
     "montecarlo_grad",
     "online_epsilon",
+    "privacy_report",
     "register_method",
     "renyi_dp",
     "saddlepoint_terms",

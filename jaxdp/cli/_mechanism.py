@@ -57,9 +57,3 @@ def describe_sampling(args):
     if args.sampling == "fixed":
         return f"fixed batches of {args.batch_size} out of {args.dataset_size}"
     return f"Poisson sampling, q = {args.q:g}" if args.q != 1.0 else "no subsampling"
-
-
-def supports(method, mech):
-    import jaxdp
-
-    return jaxdp.method_info(method).supports(jaxdp.Composition.of((mech, 1)))

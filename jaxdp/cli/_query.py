@@ -6,15 +6,9 @@ import json
 import math
 import time
 
-from jaxdp.cli._mechanism import mechanism_of, supports
-from jaxdp.cli._options import FALLBACK_METHOD, sampling_record
+from jaxdp.cli._mechanism import mechanism_of
+from jaxdp.cli._options import sampling_record
 from jaxdp.cli._render import with_progress
-
-VACUOUS_NOTE = (
-    "vacuous: no bound could be verified at these settings (the lattice window, the saddle-point "
-    "bound and the Renyi-DP bound all failed their checks, e.g. a noise multiplier this small), so "
-    "the proven answer is the trivial one; see docs/soundness.md"
-)
 
 
 def _configuration(args):
@@ -97,60 +91,33 @@ def query(args):
     mech = mechanism_of(args)
     if args.method == "montecarlo":
         return _montecarlo(args, mech)
-    if args.method is None:  # the library's default (certified where it supports the mechanism, else the fallback)
-        args.method = jaxdp.default_method(mech)
-    info = jaxdp.method_info(args.method)
     start = time.perf_counter()
-    if args.command == "epsilon":
-        eps = float(jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=args.steps, method=args.method))
-        delta = args.delta
-    else:
-        delta = float(jaxdp.delta_for_epsilon(mech, epsilon=args.epsilon, num_steps=args.steps, method=args.method))
-        eps = args.epsilon
+    target = {"delta": args.delta} if args.command == "epsilon" else {"epsilon": args.epsilon}
+    report = jaxdp.privacy_report(mech, num_steps=args.steps, method=args.method, **target)
     seconds = time.perf_counter() - start
-    # a certified method that cannot verify any bound answers with the trivial one (epsilon = inf, delta = 1)
-    vacuous = bool(info.certified) and (eps == math.inf or (args.command == "delta" and delta >= 1.0))
-    if not vacuous and (not math.isfinite(eps) or not math.isfinite(delta)):
-        raise ValueError("the accountant returned a non-finite value; check the arguments.")
-    upper = None
-    companion = info.companion
-    if companion is not None and not supports(companion, mech):
-        companion = FALLBACK_METHOD
-    if companion is not None:
-        if args.command == "epsilon":
-            upper = float(jaxdp.epsilon_for_delta(mech, delta=args.delta, num_steps=args.steps, method=companion))
-        else:
-            upper = float(jaxdp.delta_for_epsilon(mech, epsilon=args.epsilon, num_steps=args.steps, method=companion))
+    eps, delta, upper, companion = report.epsilon, report.delta, report.certified_upper, report.certified_upper_method
     record = {
-        "epsilon": eps,
+        "epsilon": None if report.vacuous and eps == math.inf else eps,
         "delta": delta,
-        "method": info.name,
-        "certified": bool(info.certified),
+        "method": report.method,
+        "certified": report.certified,
         "seconds": seconds,
         **_configuration(args),
     }
-    if vacuous:
-        record["epsilon"] = None if eps == math.inf else eps
+    if report.vacuous:
         record["vacuous"] = True
-        record["note"] = VACUOUS_NOTE
+        record["note"] = report.note
     if upper is not None:
         record["estimate"] = eps if args.command == "epsilon" else delta
         record["certified_upper"] = upper
         record["certified_upper_method"] = companion
-    indicator = None
-    if info.name in SADDLEPOINT_METHODS and math.isfinite(eps) and eps > 0:
-        terms = jaxdp.saddlepoint_terms(mech, epsilon=eps, num_steps=args.steps)
-        if info.name == "delta2":  # delta_2's distance to the split estimate, in epsilon
-            gap = abs(float(terms.log_delta_plain) - float(terms.log_delta))
-            indicator = gap / max(float(terms.saddle_point) * eps, 1e-300)
-        else:
-            indicator = float(terms.error_indicator)
-        record["error_indicator"] = indicator
-        if indicator > SADDLEPOINT_WARN:
-            record["warning"] = _saddlepoint_warning(info.name, indicator)
+    if report.error_indicator is not None:
+        record["error_indicator"] = report.error_indicator
+    if report.warning is not None:
+        record["warning"] = report.warning
     if args.json:
         return json.dumps(record), record
-    kind = "proven upper bound" if info.certified else "estimate (not a proven bound)"
+    kind = "proven upper bound" if report.certified else "estimate (not a proven bound)"
     sampled = f", q = {args.q:g}" if args.q != 1.0 else ""
     if args.sampling == "fixed":
         sampled = f", fixed batches of {args.batch_size} out of {args.dataset_size}"
@@ -160,29 +127,13 @@ def query(args):
         f"{args.adjacency} adjacency\n"
         f"  epsilon = {eps:.6g}\n"
         f"  delta   = {delta:.6g}\n"
-        f"  method  = {info.name} ({kind}), {seconds:.3f} s"
+        f"  method  = {report.method} ({kind}), {seconds:.3f} s"
     )
     if upper is not None:
         what = "epsilon" if args.command == "epsilon" else "delta"
         text += f"\n  certified upper bound on {what} = {upper:.6g} ({companion})"
-    if vacuous:
-        text += f"\n  note: {VACUOUS_NOTE}"
-    if indicator is not None and indicator > SADDLEPOINT_WARN:
-        text += f"\n  warning: {_saddlepoint_warning(info.name, indicator)}"
+    if report.note is not None:
+        text += f"\n  note: {report.note}"
+    if report.warning is not None:
+        text += f"\n  warning: {report.warning}"
     return text, record
-
-
-#: the saddle-point error indicator above which the command line warns
-SADDLEPOINT_WARN = 0.01
-
-
-#: the saddle-point estimates whose error indicator the command line reports
-SADDLEPOINT_METHODS = ("saddlepoint", "delta2")
-
-
-def _saddlepoint_warning(name, indicator):
-    better = "--method saddlepoint, " if name == "delta2" else ""
-    return (
-        f"the saddle-point estimate's error indicator is {indicator:.1%} of epsilon (over 1 %): prefer "
-        f"{better}--method characteristic, or the certified bound, for this setting"
-    )
