@@ -365,3 +365,21 @@ def test_privacy_report_is_the_command_lines_answer():
     assert d.certified and d.epsilon == 1.0 and 0 < d.delta < 1 and d.certified_upper is None
     with pytest.raises(ValueError, match="exactly one of delta"):
         jaxdp.privacy_report(laplace, num_steps=3, delta=1e-5, epsilon=1.0)
+
+
+@pytest.mark.parametrize("name", ["positive", "nonnegative", "probability", "open_unit"])
+def test_the_command_lines_ranges_are_the_librarys(name):
+    """The command line checks its numbers before JAX is imported, so it keeps its own copy of the ranges
+    (``_options._RANGES``): each accepts and refuses what ``jaxdp.numerics.validate`` does, in the same words."""
+    from jaxdp.cli._options import _RANGES
+    from jaxdp.numerics import validate
+
+    test, words = _RANGES[name]
+    for value in (-1.0, 0.0, 1e-300, 0.5, 1.0, 1.5, 1e300):
+        try:
+            getattr(validate, name)("x", value)
+            accepted = True
+        except ValueError as err:
+            accepted = False
+            assert f"x must be {words}, got" in str(err)
+        assert test(value) == accepted, (name, value)

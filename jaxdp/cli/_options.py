@@ -206,6 +206,22 @@ def add_seed(p, *, help="seed of the Monte Carlo samples"):
     p.add_argument("--seed", type=int, default=0, help=help)
 
 
+def add_epsilon(p, *, help):
+    p.add_argument("--epsilon", type=_float("--epsilon", "nonnegative"), required=True, help=help)
+
+
+def add_samples(p, *, default, help):
+    p.add_argument("--samples", type=_int("--samples"), default=default, help=help)
+
+
+def add_method(p, *, default, help):
+    p.add_argument("--method", default=default, help=help)
+
+
+def add_certify(p, *, default, help="certified accountant of the final check ('none' to skip it)"):
+    p.add_argument("--certify", default=default, help=help)
+
+
 def add_json(p, *, help="print one JSON object"):
     p.add_argument("--json", action="store_true", help=help)
 
@@ -226,14 +242,12 @@ def _add_query(p):
     add_group_size(p)
     add_adjacency(p)
     add_sampling(p)
-    p.add_argument(
-        "--method",
+    add_method(
+        p,
         default=None,
         help=f"accountant (see `jaxdp methods`); default {DEFAULT_METHOD!r} ({FALLBACK_METHOD!r} for laplace)",
     )
-    p.add_argument(
-        "--samples", type=_int("--samples"), default=1_000_000, help="Monte Carlo samples (--method montecarlo)"
-    )
+    add_samples(p, default=1_000_000, help="Monte Carlo samples (--method montecarlo)")
     add_seed(p, help="Monte Carlo seed (--method montecarlo)")
     p.add_argument(
         "--estimator", choices=ESTIMATORS, default="tilted", help="Monte Carlo estimator (--method montecarlo)"
@@ -253,7 +267,7 @@ def build_parser():
     add_delta(pe, help="target delta in (0, 1)")
     pd = sub.add_parser("delta", help="delta for a target epsilon")
     _add_query(pd)
-    pd.add_argument("--epsilon", type=_float("--epsilon", "nonnegative"), required=True, help="target epsilon (>= 0)")
+    add_epsilon(pd, help="target epsilon (>= 0)")
 
     pc = sub.add_parser("calibrate", help="noise multiplier (or q, or steps) for a privacy budget")
     add_target_epsilon(pc)
@@ -278,10 +292,8 @@ def build_parser():
         default=10**7,
         help="largest number of steps searched (--max-steps: its earlier name, deprecated: elsewhere it is --steps)",
     )
-    pc.add_argument("--method", default="characteristic", help="estimate that drives the search")
-    pc.add_argument(
-        "--certify", default="certified-fast", help="certified accountant of the final check ('none' to skip it)"
-    )
+    add_method(pc, default="characteristic", help="estimate that drives the search")
+    add_certify(pc, default="certified-fast")
     add_json(pc)
 
     ps = sub.add_parser("sweep", help="calibrate sigma on a grid of (q, steps); CSV and an optional heatmap")
@@ -297,8 +309,8 @@ def build_parser():
         required=True,
         help="comma-separated numbers of steps (integers >= 1)",
     )
-    ps.add_argument("--method", default="saddlepoint", help="estimate that drives the search")
-    ps.add_argument("--certify", default="certified-fast", help="certified accountant of the check ('none' to skip)")
+    add_method(ps, default="saddlepoint", help="estimate that drives the search")
+    add_certify(ps, default="certified-fast", help="certified accountant of the check ('none' to skip it)")
     ps.add_argument("--out", default=None, help="CSV file (default: standard output)")
     ps.add_argument("--plot", default=None, help="heatmap of sigma over the grid (PNG, needs matplotlib)")
     add_json(ps, help="print one JSON object (the CSV still goes to --out)")
@@ -309,9 +321,7 @@ def build_parser():
     add_sampling(pv)
     add_steps(pv)
     add_adjacency(pv)
-    pv.add_argument(
-        "--epsilon", type=_float("--epsilon", "nonnegative"), required=True, help="the candidate epsilon (>= 0)"
-    )
+    add_epsilon(pv, help="the candidate epsilon (>= 0)")
     pv.add_argument("--delta-est", type=_float("--delta-est", "open_unit"), required=True, help="the estimated delta")
     pv.add_argument("--tau", type=_float("--tau", "open_unit"), default=0.9, help="tolerated underestimate in (0, 1)")
     add_seed(pv, help="seed of the verifier's samples")
@@ -325,7 +335,7 @@ def build_parser():
     add_last_step(po)
     add_delta(po)
     add_adjacency(po)
-    po.add_argument("--samples", type=_int("--samples"), default=100_000, help="sample paths")
+    add_samples(po, default=100_000, help="sample paths")
     add_seed(po)
     add_outputs(po, csv="print CSV: step, epsilon, stderr, ci_low, ci_high")
 
@@ -344,7 +354,7 @@ def build_parser():
         help="the largest group size G (--max-group: its earlier name)",
     )
     add_adjacency(pg)
-    pg.add_argument("--method", default=None, help=f"accountant (default {DEFAULT_METHOD!r})")
+    add_method(pg, default=None, help=f"accountant (default {DEFAULT_METHOD!r})")
     add_sampling(pg)
     add_outputs(pg)
 
@@ -356,8 +366,8 @@ def build_parser():
     pk.add_argument("--points", type=_int("--points"), default=40, help="numbers of steps evaluated (log-spaced)")
     add_group_size(pk)
     add_adjacency(pk)
-    pk.add_argument("--method", default="characteristic", help="the estimate")
-    pk.add_argument("--certify", default="certified", help="the certified bound ('none' to skip it)")
+    add_method(pk, default="characteristic", help="the estimate")
+    add_certify(pk, default="certified", help="the certified bound ('none' to skip it)")
     add_sampling(pk)
     add_outputs(pk)
 
