@@ -519,9 +519,11 @@ def test_no_method_module_imports_another():
     assert not bad, bad
 
 
-def test_no_module_over_600_lines():
+def test_no_module_over_500_lines():
+    """A room of one concept (the issue asked for about 500 lines at most, and checks 600: the tighter figure is
+    kept so that the margin is not spent)."""
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _sources()}
-    assert not {k: v for k, v in sizes.items() if v > 600}
+    assert not {k: v for k, v in sizes.items() if v > 500}
 
 
 def test_no_import_cycle():

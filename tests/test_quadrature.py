@@ -198,17 +198,17 @@ def test_implicit_root_gradient_ignores_an_infinite_partial_of_a_constant():
 
 def test_implicit_root_partials_forward_and_linearised_agree():
     """The implicit derivative's partials come from a batched forward-mode Jacobian for a few parameter elements
-    and from one linearisation for more (``_solvers.FORWARD_PARTIALS_MAX``): both against the closed form.  The
+    and from one linearisation for more (``_implicit.FORWARD_PARTIALS_MAX``): both against the closed form.  The
     root of ``sum(a) - x - x^3`` for a vector ``a``: ``dx/da_i = 1 / (1 + 3 x^2)``, under grad, jit(grad), jvp and
     vmap, on either side of the threshold."""
-    from jaxdp.numerics import _solvers, solve_decreasing
+    from jaxdp.numerics import _implicit, solve_decreasing
 
     with jax.enable_x64(True):
 
         def root(a):
             return solve_decreasing(lambda x: jnp.sum(a) - x - x**3, -10.0, 10.0)
 
-        for n in (1, _solvers.FORWARD_PARTIALS_MAX, _solvers.FORWARD_PARTIALS_MAX + 1, 40):
+        for n in (1, _implicit.FORWARD_PARTIALS_MAX, _implicit.FORWARD_PARTIALS_MAX + 1, 40):
             a = jnp.linspace(0.1, 2.0, n) / n
             x = float(root(a))
             assert x + x**3 == pytest.approx(float(jnp.sum(a)), rel=1e-12)

@@ -190,12 +190,10 @@ class AbstractMechanism:
         the values cannot be trusted (non-finite, a non-positive variance, or for
         quadrature-based mechanisms a rule that does not resolve the integrand);
         a certified accountant then returns a vacuous bound.  The default takes
-        ``K'`` and ``K''`` by autodiff of :meth:`cgf`.
+        ``K'`` and ``K''`` from :meth:`cgf_derivatives`.
         """
         t = _f64(t)
-        (k0, k1), (_, k2) = jax.jvp(
-            lambda s: jax.jvp(lambda u: self.cgf(u, direction), (s,), (jnp.ones_like(s),)), (t,), (jnp.ones_like(t),)
-        )
+        k0, k1, k2 = self.cgf_derivatives(t, direction)
         abs3 = self.tilted_abs_moment(t, direction)
         ok = jnp.isfinite(k0) & jnp.isfinite(k1) & jnp.isfinite(k2) & jnp.isfinite(abs3) & (k2 > 0)
         return CheckedMoments(k0, k1, k2, abs3, jnp.zeros_like(k0), ok)

@@ -7,6 +7,12 @@ package may use it (see the "Architecture" section of the README).
 from jaxdp.numerics import _program_cache as program_cache
 from jaxdp.numerics import _validate as validate
 from jaxdp.numerics._boundary import DOWN, NEAREST, UP, float64_entry, keep_x64_mode, x64_enabled
+from jaxdp.numerics._implicit import (
+    implicit_root,
+    root_and_value_found_elsewhere,
+    root_found_elsewhere,
+    value_found_elsewhere,
+)
 from jaxdp.numerics._logspace import (
     LOG_2PI,
     UNIT_ROUNDOFF,
@@ -27,13 +33,9 @@ from jaxdp.numerics._solvers import (
     bisect,
     bracketed_newton,
     bracketed_secant,
-    implicit_root,
     minimize_on_grid,
-    root_and_value_found_elsewhere,
-    root_found_elsewhere,
     safeguarded_newton,
     solve_decreasing,
-    value_found_elsewhere,
     with_slope,
 )
 from jaxdp.numerics._sparse_cond import sparse_cond

@@ -6,13 +6,8 @@ Depends on :mod:`jaxdp.mechanisms` and :mod:`jaxdp.numerics`.  Its numbers are *
 standard errors (the verifier's verdict carries a stated false-positive rate), never bounds.
 """
 
-from jaxdp.accountants.montecarlo._estimate import (
-    MonteCarloEstimate,
-    MonteCarloGradient,
-    montecarlo_delta,
-    montecarlo_epsilon,
-    montecarlo_grad,
-)
+from jaxdp.accountants.montecarlo._estimate import MonteCarloEstimate, montecarlo_delta, montecarlo_epsilon
+from jaxdp.accountants.montecarlo._gradient import MonteCarloGradient, montecarlo_grad
 from jaxdp.accountants.montecarlo._online import OnlineCurve, online_epsilon
 from jaxdp.accountants.montecarlo._verify import (
     EvrPlan,
