@@ -260,8 +260,8 @@ def _compile(flat, leaves, options=()):
 
 
 def _notify(static) -> None:
-    """Says once per method and process that a program is being compiled (benchmarks/results/startup.md: how long), on the
-    ``jaxdp.compile`` logger (stderr by default; the command line keeps it for a terminal)."""
+    """Says once per method and process that a program is being compiled (how long: benchmarks/results/startup.md),
+    on the ``jaxdp.compile`` logger (stderr by default; the command line keeps it for a terminal)."""
     method = static.get("method")
     if method is None or method in _NOTIFIED:
         return

@@ -21,7 +21,7 @@ balance heuristic; each component gets a fixed share of the paths)::
   step); the other steps from ``P``;
 * components ``g = 1..G``, every step tilted: every step drawn from the privacy-loss tilt ``g_g ~ p e^{t L}``
   at the saddle point of ``b_g`` steps, ``b_g = K, ..., 10, 1`` at most a factor ``ANCHOR_RATIO`` apart
-  (delta made of many small steps), tabulated on equal cells (:class:`~jaxdp.accountants.montecarlo._grid_tilt.GridTilts`) so that every path's
+  (delta made of many small steps), tabulated on equal cells (``_grid_tilt.GridTilts``) so that every path's
   density under every tilt is one look-up.
 
 Every path counts at every step, and its weight is at most ``1 / a_c`` times any one component's, so a
