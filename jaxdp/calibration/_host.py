@@ -11,10 +11,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.accountants import internal as _internal
+from jaxdp.calibration._certify import certify_shift, largest_certified_count
 from jaxdp.calibration._result import (
     AT_LIMIT,
-    CERTIFY_ROUNDS,
-    CERTIFY_XTOL,
     HOST_EVALUATIONS,
     HOST_XTOL,
     INFEASIBLE,
@@ -69,14 +68,14 @@ def _host_one(solved_for, args, method, certify, mechanism):
         k1 = _gaussian_mu2_of(PoissonSubsampledGaussian(sigma, q), 1.0)
         ratio = mu2 / k1 if k1 > 0 else math.inf  # (K(1) rounds to 0 or below for tiny q / sigma: start at the top)
         n0 = min(max(math.floor(ratio), 1.0), max_steps) if math.isfinite(ratio) else max_steps
-        n, _, evals, found = _host_largest_count(
-            lambda m: epsilon(m, method), n0, target, max_steps, rounds=HOST_EVALUATIONS
+        n, _, evals, found = largest_certified_count(
+            lambda m: epsilon(m, method), n0, target, max_steps, xp=np, rounds=HOST_EVALUATIONS
         )
         if not found:  # even one step exceeds the budget
             return math.nan, epsilon(1.0, method), math.nan, evals, int(INFEASIBLE)
         if certify is None:
             return n, epsilon(n, method), math.nan, evals, _host_status(False, True, n >= max_steps)
-        count, eps_c, rounds, ok = _host_largest_count(lambda m: epsilon(m, certify), n, target, max_steps)
+        count, eps_c, rounds, ok = largest_certified_count(lambda m: epsilon(m, certify), n, target, max_steps, xp=np)
         infeasible = count < 1
         value = math.nan if infeasible else count
         eps_e = epsilon(max(count, 1.0), method)
@@ -122,7 +121,7 @@ def _host_one(solved_for, args, method, certify, mechanism):
         x_c, eps_c, rounds, ok = x, math.nan, 0, True
     else:
         nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
-        x_c, eps_c, rounds, ok = _host_certify(lambda v: epsilon(v, certify), x, target, hi, nudge)
+        x_c, eps_c, rounds, ok = certify_shift(lambda v: epsilon(v, certify), x, target, hi, nudge, xp=np)
     value = math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c)
     return value, _host_estimate_at(x_c, known, method, epsilon), eps_c, evals + rounds, _host_status(False, ok, below)
 
@@ -239,52 +238,7 @@ def _host_status(infeasible, ok, at_limit):
 
 
 def _host_gap(e, target):
-    """``gap`` of :func:`_certify` on the host: the log-gap, 1 for a non-finite epsilon."""
+    """The log-gap ``log e - log target`` on the host, 1 for a non-finite epsilon."""
     if not math.isfinite(e):
         return 1.0
     return (math.log(e) if e > 0 else -math.inf) - math.log(target)
-
-
-def _host_certify(eps_cert, x, target, max_x, nudge):
-    """:func:`_certify` on the host (the same steps)."""
-    xtol = max(CERTIFY_XTOL, nudge) + 1e-12
-    i, a, ga, b, eb, have_b = 0, x, 0.0, max_x, math.inf, False
-    while i < CERTIFY_ROUNDS and not (have_b and b - a <= xtol):
-        grow = a + max(1.5 * ga, nudge * 2.0**i)
-        gb = _host_gap(eb, target)
-        w = min(max(ga / (ga - gb if ga - gb > 0 else 1.0), 0.1), 0.9)  # secant, kept inside the bracket
-        x_new = a + w * (b - a) if have_b else (a + nudge if i == 0 else grow)
-        x_new = min(x_new, max_x)
-        e = eps_cert(x_new)
-        if e <= target:
-            b, eb, have_b = x_new, e, True
-        else:
-            a, ga = x_new, _host_gap(e, target)
-        i += 1
-    return b, eb, i, have_b
-
-
-def _host_largest_count(eps_cert, n, target, max_steps, rounds=CERTIFY_ROUNDS):
-    """:func:`_largest_certified_count` on the host (the same steps, numpy's float64 semantics for inf and NaN);
-    with more ``rounds``, the estimate's own search for the largest count (from the Gaussian pair's)."""
-    i, lo, e_lo, hi, e_hi = 0, 0.0, math.inf, max_steps + 1.0, math.inf
-    with np.errstate(all="ignore"):
-        while i < rounds and hi - lo > 1:
-            g_lo, g_hi = np.float64(_host_gap(e_lo, target)), np.float64(_host_gap(e_hi, target))
-            down = hi - np.maximum(1.0, np.ceil(-hi * np.expm1(-3.0 * g_hi)))
-            up = lo + np.maximum(1.0, np.ceil(lo * np.expm1(-3.0 * g_lo)))
-            w = -g_lo / (g_hi - g_lo)
-            w = w if np.isfinite(w) and math.isfinite(e_hi) else 0.5  # bisection where a gap is not measured
-            log_lo = np.log(max(lo, 1.0))
-            secant = np.floor(np.exp(log_lo + w * (np.log(hi) - log_lo)))
-            m = down if lo < 1 else (up if hi > max_steps else secant)
-            m = float(np.clip(n if i == 0 else m, lo + 1, hi - 1))
-            e = eps_cert(m)
-            if e <= target:
-                lo, e_lo = m, e
-            else:
-                hi, e_hi = m, e
-            i += 1
-    found = lo >= 1
-    count = lo if found else (0.0 if hi <= 1 else hi)
-    return count, (e_lo if found else e_hi), i, found

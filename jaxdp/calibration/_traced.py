@@ -11,15 +11,13 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.accountants import internal as _internal
+from jaxdp.calibration._certify import certify_shift, largest_certified_count
 from jaxdp.calibration._result import (
-    CERTIFY_ROUNDS,
-    CERTIFY_XTOL,
     LINEAR_REACH,
     METHOD_XTOL,
     SAMPLING_PROB_MIN,
     SIGMA_MIN,
     _epsilon,
-    _log_gap,
     _nudge,
     _psg_family,
     _status,
@@ -33,92 +31,6 @@ from jaxdp.numerics import (
     to_f64,
     with_slope,
 )
-
-
-def _certify(eps_cert, x, target, max_x, nudge):
-    """The smallest ``x' >= x`` (to ``max(CERTIFY_XTOL, nudge)``) whose certified epsilon is at most ``target``.
-
-    ``x`` is a log parameter along which epsilon decreases.  The first evaluation is at
-    ``x + nudge`` (usually enough: the nudge is about the check's slack).  While it fails, the
-    step grows (1.5x the log-gap, at least doubling); once a passing point is known, the
-    bracket ``[failing, passing]`` is narrowed by safeguarded secant steps on the log-gap.
-    Only passing points are returned.  Returns ``(x', certified eps, evaluations, ok)``.
-    """
-
-    def gap(e):
-        return jnp.where(jnp.isfinite(e), _log_gap(e, target), 1.0)
-
-    xtol = jnp.maximum(CERTIFY_XTOL, nudge) + 1e-12
-
-    def cond(state):
-        i, a, _, b, _, have_b = state
-        narrow = have_b & (b - a <= xtol)
-        return (i < CERTIFY_ROUNDS) & ~narrow
-
-    def body(state):
-        i, a, ga, b, eb, have_b = state
-        grow = a + jnp.maximum(1.5 * ga, nudge * 2.0**i)
-        gb = gap(eb)
-        w = jnp.clip(ga / jnp.where(ga - gb > 0, ga - gb, 1.0), 0.1, 0.9)  # secant, kept inside the bracket
-        x_new = jnp.where(have_b, a + w * (b - a), jnp.where(i == 0, a + nudge, grow))
-        x_new = jnp.minimum(x_new, max_x)
-        e = eps_cert(x_new)
-        ok = e <= target
-        a = jnp.where(ok, a, x_new)
-        ga = jnp.where(ok, ga, gap(e))
-        b = jnp.where(ok, x_new, b)
-        eb = jnp.where(ok, e, eb)
-        return i + 1, a, ga, b, eb, have_b | ok
-
-    inf = jnp.asarray(jnp.inf, jnp.float64)
-    state = (0, x, jnp.asarray(0.0, jnp.float64), jnp.asarray(max_x, jnp.float64), inf, jnp.array(False))
-    i, _, _, b, eb, have_b = jax.lax.while_loop(cond, body, state)
-    return b, eb, i, have_b
-
-
-def _largest_certified_count(eps_cert, n, target, max_steps):
-    """The largest whole count ``m <= max_steps`` whose certified epsilon ``eps_cert(m)`` is at most ``target``.
-
-    Epsilon increases with the count; ``n`` (the estimate's answer) is checked first.  A bracket
-    ``lo < hi`` of a passing and a failing count (``0`` and ``max_steps + 1`` while none is known)
-    is narrowed until the two are consecutive: below a failing count, or above a passing one, by
-    the measured gap (epsilon grows at least like ``sqrt(steps)`` in this regime, so a move of
-    1.5 x 2 x gap x count crosses the target); between the two, by secant steps on the log-gap in
-    ``log count`` (epsilon is close to a power of the count there).  Usually two evaluations:
-    ``n``, then ``n + 1``.  Returns ``(count, certified eps, evaluations, ok)``: the largest passing
-    count found; 0 when even one step fails; the smallest failing count, with ``ok`` false, when
-    none passed within ``CERTIFY_ROUNDS``.
-    """
-
-    def gap(e):
-        return jnp.where(jnp.isfinite(e), _log_gap(e, target), 1.0)
-
-    def cond(state):
-        i, lo, _, hi, _ = state
-        return (i < CERTIFY_ROUNDS) & (hi - lo > 1)
-
-    def body(state):
-        i, lo, e_lo, hi, e_hi = state
-        g_lo, g_hi = gap(e_lo), gap(e_hi)
-        down = hi - jnp.maximum(1.0, jnp.ceil(-hi * jnp.expm1(-3.0 * g_hi)))
-        up = lo + jnp.maximum(1.0, jnp.ceil(lo * jnp.expm1(-3.0 * g_lo)))
-        w = -g_lo / (g_hi - g_lo)
-        w = jnp.where(jnp.isfinite(w) & jnp.isfinite(e_hi), w, 0.5)  # bisection where a gap is not measured
-        log_lo = jnp.log(jnp.maximum(lo, 1.0))
-        secant = jnp.floor(jnp.exp(log_lo + w * (jnp.log(hi) - log_lo)))
-        m = jnp.where(lo < 1, down, jnp.where(hi > max_steps, up, secant))
-        m = jnp.clip(jnp.where(i == 0, n, m), lo + 1, hi - 1)
-        e = eps_cert(m)
-        ok = e <= target
-        return i + 1, jnp.where(ok, m, lo), jnp.where(ok, e, e_lo), jnp.where(ok, hi, m), jnp.where(ok, e_hi, e)
-
-    inf = jnp.asarray(jnp.inf, jnp.float64)
-    state = (0, jnp.asarray(0.0, jnp.float64), inf, max_steps + 1.0, inf)
-    i, lo, e_lo, hi, e_hi = jax.lax.while_loop(cond, body, state)
-    found = lo >= 1
-    count = jnp.where(found, lo, jnp.where(hi <= 1, 0.0, hi))
-    return count, jnp.where(found, e_lo, e_hi), i, found
-
 
 # -- the search -----------------------------------------------------------------------------------
 
@@ -207,7 +119,7 @@ def _certify_log_param(eps, u, root: _Root, target, hi, at_edge, method, certify
         u_c, eps_c, rounds, ok = u, jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True)
     else:
         nudge = jnp.where(at_edge, 0.0, _nudge(certify))  # a value at the edge is checked as it is
-        x_c, eps_c, rounds, ok = _certify(lambda x: eps(x, certify), u_sg, target, hi, nudge)
+        x_c, eps_c, rounds, ok = certify_shift(lambda x: eps(x, certify), u_sg, target, hi, nudge)
         u_c = u + jax.lax.stop_gradient(x_c - u)
     eps_e = _estimate_at(u_c, root, target, lambda v: eps(v, method))
     return u_c, eps_e, eps_c, rounds, ok
@@ -295,7 +207,7 @@ def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
     if certify is None:
         eps_c, rounds, ok, at_limit = jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True), at_max
     else:
-        n, eps_c, rounds, ok = _largest_certified_count(lambda m: eps(m, certify), n, target, max_steps)
+        n, eps_c, rounds, ok = largest_certified_count(lambda m: eps(m, certify), n, target, max_steps)
         infeasible = infeasible | (n < 1)
         at_limit = ok & (n >= max_steps)
     eps_e = _estimate_at(jnp.log(jnp.maximum(n, 1.0)), root, target, lambda v: eps(jnp.exp(v), method))
