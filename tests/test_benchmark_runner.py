@@ -29,3 +29,12 @@ def test_stamp_puts_one_provenance_line_under_the_title(tmp_path, monkeypatch):
     lines = path.read_text().splitlines()
     assert lines[0] == "# Title" and [t for t in lines if t.startswith(MARK)] == [f"{MARK} newer"]
     assert "| a |" in lines
+
+
+def test_every_results_file_says_where_it_comes_from():
+    """Each Markdown results file carries one provenance line under its title: the runner's stamp, or the label of
+    a file written before the runner stamped results (which says so and names the commit that last changed it)."""
+    for path in sorted((ROOT / "benchmarks" / "results").glob("*.md")):
+        lines = path.read_text().splitlines()
+        marks = [i for i, line in enumerate(lines) if line.startswith("> Provenance:")]
+        assert len(marks) >= 1 and marks[0] <= 3, path.name
