@@ -431,3 +431,12 @@ def test_calibrate_a_user_objective_with_optax():
     assert float(r.calibration.epsilon_certified) <= 4.0
     assert r.objective < float(r.history[0])
     assert float(r.calibration.num_steps) == round(float(r.calibration.num_steps))
+
+
+def test_certify_none_spelled_as_the_command_line_spells_it():
+    """``certify="none"`` (the command line's word) skips the check as ``certify=None`` does."""
+    kw = dict(target_epsilon=2.0, delta=1e-5, sampling_prob=0.01, num_steps=100, method="delta2")
+    a = jaxdp.calibrate_noise_multiplier(certify=None, **kw)
+    b = jaxdp.calibrate_noise_multiplier(certify="none", **kw)
+    assert float(a.noise_multiplier) == float(b.noise_multiplier) and b.certify is None
+    assert np.isnan(float(b.epsilon_certified))

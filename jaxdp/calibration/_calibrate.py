@@ -57,7 +57,12 @@ def _run(solved_for, batch, inputs, method, certify, **static):
     from it (NaN when absent).
     """
     info = _accountant.method_info(method)
-    cert = None if certify is None else _certified_name(certify)
+    # ("none", as the command line spells it, is None)
+    cert = (
+        None
+        if certify is None or (isinstance(certify, str) and certify.lower() == "none")
+        else _certified_name(certify)
+    )
     arrays = jnp.broadcast_arrays(*(jnp.asarray(v, jnp.float64) for v in inputs.values()))
     shape = arrays[0].shape
     flat = tuple(a.reshape(-1) for a in arrays)
@@ -117,7 +122,7 @@ def calibrate_noise_multiplier(
         (the certified construction on a coarser lattice: a proven bound, slightly
         looser, several times faster; ``benchmarks/results/calibrate.md``), ``"certified"``
         (the tightest), ``"delta2-certified"``
-        or ``"rdp"`` (looser), or None to skip it.
+        or ``"rdp"`` (looser), or None (``"none"``) to skip it.
       sigma_max: the largest noise multiplier searched.
 
     ``target_epsilon``, ``delta``, ``sampling_prob`` and ``num_steps`` may be arrays
@@ -199,7 +204,7 @@ def calibrate_sampling_prob(
       noise_multiplier: ``> 0``.
       num_steps: a whole number ``>= 1``.
       method: the estimate that drives the search.
-      certify: the certified accountant of the final check, or None
+      certify: the certified accountant of the final check, or None (``"none"``)
         (see :func:`calibrate_noise_multiplier`).
 
     Returns:
@@ -272,7 +277,7 @@ def calibrate_num_steps(
       sampling_prob: in ``(0, 1]``.
       max_steps: the largest number of steps searched (status 2 when it fits).
       method: the estimate that drives the search.
-      certify: the certified accountant of the final check, or None
+      certify: the certified accountant of the final check, or None (``"none"``)
         (see :func:`calibrate_noise_multiplier`).
 
     Returns:

@@ -14,7 +14,8 @@ from jaxdp.cli._render import with_progress
 def _configuration(args):
     """The record's description of what was accounted (both the accountants' and Monte Carlo's answers)."""
     record = {
-        "mechanism": args.mechanism,
+        # (fixed batches: the mechanism is the fixed-batch mixture, whatever --mechanism says)
+        "mechanism": "fixed-batch" if args.sampling == "fixed" else args.mechanism,
         "sigma": args.sigma,
         "q": args.q,
         "steps": args.steps,
