@@ -5,6 +5,7 @@ estimate with its own derivative, then the certified check as a ``while_loop``, 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -143,44 +144,50 @@ def _run_batch(core, flat, *, method, certify, mechanism=None):
     return program_cache.call(_batch_jit, _batch, (flat,), static, keep=mechanism is None)
 
 
-def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, certify, mechanism=None):
-    family = _psg_family if mechanism is None else (lambda sigma, _: mechanism(sigma))
+class _LogParam(NamedTuple):
+    """A calibrated parameter searched in ``u``, a log of it along which epsilon decreases: the bracket
+    ``[lo, hi]``, the mechanism at ``u`` (given the other, fixed, hyperparameter) and the parameter's value."""
+
+    lo: object
+    hi: object
+    mechanism: Callable  # (u, other) -> mechanism
+    value: Callable  # u -> the parameter
+
+
+def _log_param_core(spec: _LogParam, target, delta, other, num_steps, *, method, certify):
+    """The search for a parameter of :class:`_LogParam` (the noise multiplier, the sampling probability)."""
     log_delta = jnp.log(delta)
 
-    def h(u, name, p):  # decreasing in u = log sigma
-        t, ld, n, q = p
-        return _log_delta_gap(to_f64(as_composition(family(jnp.exp(u), q), n)), t, ld, name)
+    def h(u, name, p):  # decreasing in u
+        t, ld, n, o = p
+        return _log_delta_gap(to_f64(as_composition(spec.mechanism(u, o), n)), t, ld, name)
 
     def eps(x, name):
-        return _epsilon(family(jnp.exp(x), sampling_prob), num_steps, delta, name)
+        return _epsilon(spec.mechanism(x, other), num_steps, delta, name)
 
-    lo, hi = math.log(SIGMA_MIN), jnp.log(sigma_max)
-    root = _solve(h, (target, log_delta, num_steps, sampling_prob), lo, hi, method)
-    u = jnp.where(root.below, lo, root.u)
-    u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, hi, root.below, method, certify)
-    sigma = jnp.where(root.above, jnp.nan, jnp.exp(u_c))
-    return sigma, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
+    root = _solve(h, (target, log_delta, num_steps, other), spec.lo, spec.hi, method)
+    u = jnp.where(root.below, spec.lo, root.u)  # below: the bracket's low end already fits (e.g. q = 1)
+    u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, spec.hi, root.below, method, certify)
+    value = jnp.where(root.above, jnp.nan, spec.value(u_c))
+    return value, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
 
 
-# -- sampling probability -------------------------------------------------------------------------
+def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, certify, mechanism=None):
+    family = _psg_family if mechanism is None else (lambda sigma, _: mechanism(sigma))
+    # u = log sigma
+    spec = _LogParam(math.log(SIGMA_MIN), jnp.log(sigma_max), lambda u, q: family(jnp.exp(u), q), jnp.exp)
+    return _log_param_core(spec, target, delta, sampling_prob, num_steps, method=method, certify=certify)
 
 
 def _q_core(target, delta, sigma, num_steps, *, method, certify):
-    log_delta = jnp.log(delta)
-
-    def h(u, name, p):  # decreasing in u = -log q
-        t, ld, n, s = p
-        return _log_delta_gap(to_f64(as_composition(PoissonSubsampledGaussian(s, jnp.exp(-u)), n)), t, ld, name)
-
-    def eps(x, name):
-        return _epsilon(PoissonSubsampledGaussian(sigma, jnp.exp(-x)), num_steps, delta, name)
-
-    lo, hi = 0.0, -math.log(SAMPLING_PROB_MIN)
-    root = _solve(h, (target, log_delta, num_steps, sigma), lo, hi, method)
-    u = jnp.where(root.below, lo, root.u)  # below: q = 1 already fits
-    u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, hi, root.below, method, certify)
-    q = jnp.where(root.above, jnp.nan, jnp.exp(-u_c))
-    return q, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
+    # u = -log q
+    spec = _LogParam(
+        0.0,
+        -math.log(SAMPLING_PROB_MIN),
+        lambda u, s: PoissonSubsampledGaussian(s, jnp.exp(-u)),
+        lambda u: jnp.exp(-u),
+    )
+    return _log_param_core(spec, target, delta, sigma, num_steps, method=method, certify=certify)
 
 
 # -- number of steps ------------------------------------------------------------------------------
