@@ -12,6 +12,7 @@ another method module.
 from jaxdp.accountants._api import (
     CharacteristicResult,
     MethodInfo,
+    SplitTerms,
     available_methods,
     characteristic_terms,
     default_method,
@@ -28,7 +29,6 @@ from jaxdp.accountants._api import (
 from jaxdp.accountants._group import GroupCurve, group_curve
 from jaxdp.accountants._registry import Screened, WithFallback
 from jaxdp.accountants._report import PrivacyReport, privacy_report
-from jaxdp.accountants._split_saddle import SplitTerms
 from jaxdp.accountants.montecarlo import (
     EvrPlan,
     EvrVerdict,

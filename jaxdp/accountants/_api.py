@@ -20,6 +20,7 @@ from jaxdp.accountants import _bounds, _characteristic, _exact, _gil_pelaez, _rd
 from jaxdp.accountants import certified as _certified
 from jaxdp.accountants import montecarlo as _montecarlo
 from jaxdp.accountants._characteristic import CharacteristicResult
+from jaxdp.accountants._exact import log_delta_gaussian  # noqa: F401  (for accountants.internal: this table is the one importer of method modules)
 from jaxdp.accountants._programs import (
     epsilon_of_composition,
     epsilon_with_fallback,
@@ -46,6 +47,7 @@ from jaxdp.numerics import validate as _validate
 __all__ = [
     "CharacteristicResult",
     "MethodInfo",
+    "SplitTerms",
     "available_methods",
     "characteristic_terms",
     "default_method",
