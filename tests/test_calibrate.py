@@ -177,11 +177,7 @@ def test_vmap_equals_the_array_call():
     arr = _sigma(target=4.0, q=q, steps=steps, method="delta2", certify=None)
     with x64():
         f = jax.jit(
-            jax.vmap(
-                lambda a, b: _sigma(
-                    target=4.0, q=a, steps=b, method="delta2", certify=None
-                ).noise_multiplier
-            )
+            jax.vmap(lambda a, b: _sigma(target=4.0, q=a, steps=b, method="delta2", certify=None).noise_multiplier)
         )
         got = np.asarray(f(jnp.asarray(q), jnp.asarray(steps)))
     np.testing.assert_allclose(got, np.asarray(arr.noise_multiplier), rtol=1e-10)

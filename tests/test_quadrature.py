@@ -85,6 +85,7 @@ def test_gaussian_special_case_is_exact():
 
 def test_cgf_gradients_match_finite_differences():
     with x64():
+
         def k_sigma(s):
             return jaxdp.PoissonSubsampledGaussian(s, 0.01).cgf(8.0)
 

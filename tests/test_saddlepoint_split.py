@@ -283,8 +283,11 @@ def test_a_program_holds_the_few_step_sums_only_where_its_step_counts_need_them(
     assert jax.jit(lambda n: of_concrete(mech, n) == NOTHING)(1000)  # a traced count: no facts
     jaxdp.delta_for_epsilon(mech, epsilon=eps, num_steps=1000, method="saddlepoint")
     three = float(jaxdp.delta_for_epsilon(mech, epsilon=eps, num_steps=3, method="saddlepoint"))
-    user = jax.jit(lambda s: jaxdp.delta_for_epsilon(jaxdp.PoissonSubsampledGaussian(s, 0.01), epsilon=eps,
-                                                     num_steps=3, method="saddlepoint"))(2.0)
+    user = jax.jit(
+        lambda s: jaxdp.delta_for_epsilon(
+            jaxdp.PoissonSubsampledGaussian(s, 0.01), epsilon=eps, num_steps=3, method="saddlepoint"
+        )
+    )(2.0)
     assert three == pytest.approx(1e-6, rel=1e-4)
     assert float(user) == pytest.approx(1e-6, rel=1e-4)
     with x64():  # what a program built on the wrong facts would answer

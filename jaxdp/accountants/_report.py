@@ -118,7 +118,7 @@ def privacy_report(mechanism, *, num_steps=1, delta=None, epsilon=None, method: 
             better = '"saddlepoint", ' if info.name == "delta2" else ""
             warning = (
                 f"the saddle-point estimate's error indicator is {indicator:.1%} of epsilon (over "
-                f"{SADDLEPOINT_WARN:.0%}): prefer the method {better}\"characteristic\" or the certified bound for "
+                f'{SADDLEPOINT_WARN:.0%}): prefer the method {better}"characteristic" or the certified bound for '
                 "this setting"
             )
     return PrivacyReport(

@@ -266,6 +266,4 @@ def _notify(static) -> None:
     if method is None or method in _NOTIFIED:
         return
     _NOTIFIED.add(method)
-    _LOG.warning(
-        "jaxdp: compiling the %r accountant for this mechanism (once per machine: kept in %s)", method, _DIR
-    )
+    _LOG.warning("jaxdp: compiling the %r accountant for this mechanism (once per machine: kept in %s)", method, _DIR)
