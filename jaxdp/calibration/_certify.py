@@ -25,6 +25,10 @@ def _evaluate(eps_cert, x, xp):
     return eps_cert(x) if xp is jnp else np.float64(eps_cert(float(x)))
 
 
+def _f64(value, xp):
+    return jnp.asarray(value, jnp.float64) if xp is jnp else np.float64(value)
+
+
 def _out(result, xp):
     """``(value, eps, evaluations, ok)``; on the host as Python numbers."""
     if xp is jnp:
@@ -69,8 +73,7 @@ def certify_shift(eps_cert, x, target, max_x, nudge, xp=jnp):
         eb = xp.where(ok, e, eb)
         return i + 1, a, ga, b, eb, have_b | ok
 
-    f64 = (lambda v: xp.asarray(v, xp.float64)) if xp is jnp else np.float64
-    state = (0, f64(x), f64(0.0), f64(max_x), f64(np.inf), xp.asarray(False))
+    state = (0, _f64(x, xp), _f64(0.0, xp), _f64(max_x, xp), _f64(np.inf, xp), xp.asarray(False))
     i, _, _, b, eb, have_b = _loop(cond, body, state, xp)
     return _out((b, eb, i, have_b), xp)
 
@@ -109,8 +112,7 @@ def largest_certified_count(eps_cert, n, target, max_steps, xp=jnp, rounds=CERTI
         ok = e <= target
         return i + 1, xp.where(ok, m, lo), xp.where(ok, e, e_lo), xp.where(ok, hi, m), xp.where(ok, e_hi, e)
 
-    f64 = (lambda v: xp.asarray(v, xp.float64)) if xp is jnp else np.float64
-    state = (0, f64(0.0), f64(np.inf), max_steps + f64(1.0), f64(np.inf))
+    state = (0, _f64(0.0, xp), _f64(np.inf, xp), max_steps + _f64(1.0, xp), _f64(np.inf, xp))
     i, lo, e_lo, hi, e_hi = _loop(cond, body, state, xp)
     found = lo >= 1
     count = xp.where(found, lo, xp.where(hi <= 1, 0.0, hi))

@@ -14,7 +14,6 @@ def mechanism_of(args, sigma=None):
     """
     import jaxdp
 
-    check_mechanism(args)
     sigma = args.sigma if sigma is None else sigma
     group = getattr(args, "group_size", None)
     adjacency = getattr(args, "adjacency", "add_or_remove")
@@ -37,7 +36,8 @@ def mechanism_of(args, sigma=None):
 
 
 def check_mechanism(args):
-    """The options' consistency, in pure Python (called before JAX is imported, and by :func:`mechanism_of`)."""
+    """The options' consistency, in pure Python: ``_options.check`` calls it before JAX is imported, once per run
+    (not :func:`mechanism_of`, which a calibration calls at every noise multiplier it tries)."""
     mechanism = getattr(args, "mechanism", "poisson-gaussian")
     q, group = getattr(args, "q", None), getattr(args, "group_size", None)
     if getattr(args, "sampling", "poisson") == "fixed" and mechanism != "poisson-gaussian":

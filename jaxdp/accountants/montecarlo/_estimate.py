@@ -394,7 +394,12 @@ def montecarlo_delta(
 @functools.partial(float64_entry)
 def _delta_entry(mechs, key_data, epsilon, statics, confidence):
     out = _delta_jit(mechs, key_data, jnp.asarray(epsilon, jnp.float64), **statics)
-    value, se = out[0], out[1]
+    return delta_estimate(out[0], out[1], statics, confidence)
+
+
+def delta_estimate(value, se, statics, confidence):
+    """The :class:`MonteCarloEstimate` of a delta ``value`` with standard error ``se`` (its normal interval, kept
+    above 0)."""
     z = statics["z"]
     return MonteCarloEstimate(
         value,

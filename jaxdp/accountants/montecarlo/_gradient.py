@@ -17,6 +17,7 @@ from jaxdp.accountants.montecarlo._estimate import (
     _epsilon_entry,
     _statics,
     approx_log_delta,
+    delta_estimate,
     gradient_sums,
     parts_of,
 )
@@ -128,15 +129,7 @@ def _grad_entry(mechs, key_data, eps, statics, confidence, for_epsilon, like):
             float(confidence),
         )
     else:
-        est = MonteCarloEstimate(
-            mean,
-            se,
-            jnp.maximum(mean - z * se, 0.0),
-            mean + z * se,
-            jnp.asarray(statics["num_samples"]),
-            statics["estimator"],
-            float(confidence),
-        )
+        est = delta_estimate(mean, se, statics, confidence)
     _, unravel = ravel_pytree(mechs)
     grads, ses = unravel(g), unravel(g_se)
     if len(mechs) == 1:
