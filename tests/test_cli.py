@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import jax
 import pytest
 from _helpers import DELTA2_THEN_SPLIT
 
@@ -365,6 +366,19 @@ def test_privacy_report_is_the_command_lines_answer():
     assert d.certified and d.epsilon == 1.0 and 0 < d.delta < 1 and d.certified_upper is None
     with pytest.raises(ValueError, match="exactly one of delta"):
         jaxdp.privacy_report(laplace, num_steps=3, delta=1e-5, epsilon=1.0)
+
+
+def test_privacy_report_under_a_users_jit_says_to_use_the_entry_points():
+    """A report reads its numbers on the host: traced (a user's ``jit``), it refuses with one ``ValueError`` that
+    names the traced argument and the entry points that trace, not with JAX's concretization error."""
+    for traced in ("mechanism", "delta"):
+
+        def report(x, traced=traced):
+            mech = jaxdp.Gaussian(x if traced == "mechanism" else 2.0)
+            return jaxdp.privacy_report(mech, delta=x * 1e-6 if traced == "delta" else 1e-5, method="rdp").epsilon
+
+        with pytest.raises(ValueError, match=f"{traced} is traced.*epsilon_for_delta"):
+            jax.jit(report)(2.0)
 
 
 @pytest.mark.parametrize("name", ["positive", "nonnegative", "probability", "open_unit"])

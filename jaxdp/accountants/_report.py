@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
+
 from jaxdp.accountants._api import (
     default_method,
     delta_for_epsilon,
@@ -73,8 +75,9 @@ def privacy_report(mechanism, *, num_steps=1, delta=None, epsilon=None, method: 
       A :class:`PrivacyReport`.
 
     Raises:
-      ValueError: both or neither of ``delta`` and ``epsilon``, an argument out of range, or an accountant that
-        returned a non-finite value other than the trivial bound.
+      ValueError: both or neither of ``delta`` and ``epsilon``, an argument out of range, a traced argument (under
+        a user's ``jax.jit``, ``vmap`` or ``grad``: use :func:`epsilon_for_delta` / :func:`delta_for_epsilon`,
+        which trace), or an accountant that returned a non-finite value other than the trivial bound.
 
     Example:
       >>> import jaxdp
@@ -85,6 +88,13 @@ def privacy_report(mechanism, *, num_steps=1, delta=None, epsilon=None, method: 
     """
     if (delta is None) == (epsilon is None):
         raise ValueError("give exactly one of delta (the answer is epsilon) and epsilon (the answer is delta).")
+    # (a report reads its numbers on the host: a traced one would fail deep inside with JAX's concretization error)
+    for name, value in (("mechanism", mechanism), ("num_steps", num_steps), ("delta", delta), ("epsilon", epsilon)):
+        if any(isinstance(leaf, jax.core.Tracer) for leaf in jax.tree.leaves(value)):
+            raise ValueError(
+                f"privacy_report reads its numbers on the host, and {name} is traced (inside jax.jit, vmap or grad); "
+                "there, use epsilon_for_delta or delta_for_epsilon, which trace."
+            )
     if method is None:
         method = default_method(mechanism, num_steps)
     info = method_info(method)
