@@ -461,7 +461,8 @@ def test_a_batch_with_an_epsilon_zero_configuration_is_finite():
     a = np.array(
         [[4.38404083, 2.08212863e-04, 70.0, 8.00012611e-04], [3.36632752, 1.26194535e-02, 518095.0, 3.05371395e-09]]
     )
-    a = np.concatenate([a, a])  # four configurations in the form of the other vmap checks: one program for them all
+    # eight configurations in the form of the conformance suite's vmap checks (VMAP_POINTS): one program for them all
+    a = np.concatenate([a, a, a, a])
 
     def one(s, q, n, d):
         return jaxdp.epsilon_for_delta(
@@ -470,8 +471,8 @@ def test_a_batch_with_an_epsilon_zero_configuration_is_finite():
 
     with x64():
         batched = np.asarray(jax.vmap(one)(*(jnp.asarray(col) for col in a.T)))
-        looped = [float(one(*r)) for r in a[:2]] * 2  # (eager calls of seconds each: the two distinct rows once)
-    assert batched[0] == 0.0 and batched[2] == 0.0
+        looped = [float(one(*r)) for r in a[:2]] * 4  # (eager calls of seconds each: the two distinct rows once)
+    assert batched[0] == 0.0 and batched[2] == 0.0 and batched[6] == 0.0
     np.testing.assert_allclose(batched, looped, rtol=1e-10)
 
 
