@@ -635,10 +635,10 @@ def test_default_sample_holds_every_class():
     assert all(_sharp(c) for c in cases if c[0] in ("psg", "mixture", "hetero"))
 
 
-# Under -m slow: through certified-fast (the lattice construction behind the default method and the calibrators'
-# check) CI's soundness step runs it, beside the newest-JAX step, with the generator's first 40 cases through all
-# three cheap certified programs (.ci/run).  In the default run it was the slowest test (70 s cold, 45 of them its
-# own compiles: 9 composition structures), the 12:26 suite's largest cut that loses no check CI makes.
+# Under -m slow, and through certified-fast (the lattice construction behind the default method and the calibrators'
+# check) in CI's soundness step, beside the generator's first 40 cases (.ci/run): its nine composition structures
+# are programs no other default test compiles, so it runs where it shares a core with the newest-JAX step instead
+# of the default suite's two.
 @pytest.mark.parametrize(
     "method",
     [
