@@ -26,6 +26,9 @@ MEASURED = {
     ("certified", "concrete"): 6_596,
     ("certified", "two_pass"): 11_180,
     ("certified", "user_jit"): 12_881,
+    # (certified-fast, measured 2026-12-03: its tilt search on its own lattice, the steps of the solve's scan)
+    ("certified-fast", "two_pass"): 7_526,
+    ("certified-fast", "user_jit"): 9_091,
     ("characteristic", "concrete"): 4_925,
     ("characteristic", "user_jit"): 16_218,
     ("saddlepoint", "concrete"): 3_940,

@@ -441,3 +441,33 @@ def test_unconverged_cell_edges_make_the_step_vacuous(monkeypatch):
         bad = _lattice._step_pmf(m, *args)
     assert float(good.log_p_inf) < -10.0  # the P-mass above the lattice top (loss 20)
     assert float(bad.log_p_inf) == 0.0
+
+
+@pytest.mark.slow
+def test_certified_fast_gradient_through_its_second_pass():
+    """certified-fast ranks its retried tilts in the steps of the solve's own scan, their inputs through
+    ``stop_gradient`` (a failed tilt may have non-finite partials): at a query whose search takes the second pass
+    the derivatives in sigma and q are finite and match float64 central differences."""
+    from _helpers import central_difference
+
+    from jaxdp.accountants import _api
+    from jaxdp.accountants._staging import Facts
+
+    sigma, q, steps, delta = 1.0, 1e-3, 100, 1e-5
+
+    def eps(s, qq):
+        mech = jaxdp.PoissonSubsampledGaussian(s, qq)
+        return jaxdp.epsilon_for_delta(mech, num_steps=steps, delta=delta, method="certified-fast")
+
+    with x64():
+        comp = to_f64(as_composition(jaxdp.PoissonSubsampledGaussian(sigma, q), steps))
+        first = _api._epsilon_jit(
+            comp, delta, method="certified-fast", facts=Facts(no_few_steps=True, light=True, first_pass=True)
+        )
+        assert math.isnan(float(first)), "the query must take the second pass (its first pass alone answers NaN)"
+        g_sigma, g_q = jax.grad(eps, argnums=(0, 1))(sigma, q)
+        fd_sigma = central_difference(lambda s: eps(s, q), sigma)
+        fd_q = central_difference(lambda qq: eps(sigma, qq), q)
+    assert np.isfinite(float(g_sigma)) and np.isfinite(float(g_q))
+    assert float(g_sigma) == pytest.approx(fd_sigma, rel=2e-3)
+    assert float(g_q) == pytest.approx(fd_q, rel=2e-3)

@@ -220,6 +220,10 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
         best = jnp.minimum(jnp.minimum(eps1, eps_sp), _pure_dp_epsilon(comp, direction))
         return jnp.where(jnp.isfinite(best) & ~need, jnp.maximum(best, 0.0), jnp.nan)
 
+    if grid is not None:
+        eps1, eps2 = _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pass_needed)
+        return _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp)
+
     # Two passes of one traced solve: pass 1 at the saddle point of the estimate; pass 2, only where pass 1
     # failed or its root landed far from the estimate, at the tilt the coarse search ranks best.
     def one_pass(eps1, first):
@@ -235,6 +239,64 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
         return jnp.where(first, eps, eps1), eps
 
     _, (eps1, eps2) = jax.lax.scan(one_pass, jnp.asarray(jnp.inf, jnp.float64), jnp.array([True, False]))
+    return _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp)
+
+
+def _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pass_needed):
+    """``(eps1, eps2)`` of :func:`epsilon_certified`'s two passes where the tilt search runs on the solve's own
+    lattice (``grid`` given, as for ``certified-fast``): then the search's windows and the solves are one function
+    at different tilts, so all are the steps of one ``lax.scan`` -- pass 1, the ranked tilts, and the best again --
+    with one traced window instead of two.
+
+    The ranked tilts' steps take the composition and ``log_delta`` through ``stop_gradient`` (a failed tilt may have
+    non-finite partials; a select keeps their zero cotangents from the rest), and only the last step, at the tilt
+    ranked best, is differentiated: the values and derivatives are those of a search apart.
+    """
+    num_tilts = len(TILT_FACTORS) + 1
+    nan = jnp.asarray(jnp.nan, jnp.float64)
+
+    def tilts_at(ref):
+        t_ref = jax.lax.stop_gradient(_cgf.saddle_point(comp, direction, ref))
+        return jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
+
+    def step(carry, k):
+        eps1, need, ref, tilts, ranked = carry
+        first, last = k == 0, k == num_tilts + 1
+        ranking = ~first & ~last
+        best = argmin(ranked)
+        t_best = jnp.where(jnp.isfinite(ranked[best]), tilts[best], nan)
+        t_next = jnp.where(last, t_best, tilts[jnp.clip(k - 1, 0, num_tilts - 1)])
+        t = jnp.where(first, t0, jnp.where(need, t_next, nan))
+        frozen = jax.tree.map(lambda x: jnp.where(ranking, jax.lax.stop_gradient(x), x), (comp, log_delta))
+        # (a ranked tilt is solved even where it is NaN, as a search apart solves each)
+        run = jnp.where(ranking, need, jnp.isfinite(t))
+        raw = jax.lax.cond(
+            run,
+            lambda c_ld, tt, e: _window_epsilon(_build_window(c_ld[0], direction, tt, c_ld[1], grid), c_ld[1], e),
+            lambda c_ld, tt, e: nan,
+            frozen,
+            jnp.where(jnp.isfinite(t) | ranking, t, 1.0),
+            jnp.where(first, eps0, ref),
+        )
+        eps = nan_to(raw, jnp.inf)
+        # after pass 1: whether the search runs, its reference epsilon and tilts (the saddle point solved once)
+        need1, ref1 = second_pass_needed(eps)
+        tilts = jax.lax.cond(first & need1, tilts_at, lambda r: jnp.full(num_tilts, jnp.nan), ref1)
+        carry = (
+            jnp.where(first, eps, eps1),
+            jnp.where(first, need1, need),
+            jnp.where(first, ref1, ref),
+            jnp.where(first, tilts, carry[3]),
+            jnp.where(ranking & (jnp.arange(num_tilts) == k - 1), raw, ranked),
+        )
+        return carry, eps
+
+    init = (nan, jnp.asarray(False), nan, jnp.full(num_tilts, jnp.nan), jnp.full(num_tilts, jnp.nan))
+    (eps1, *_), eps = jax.lax.scan(step, init, jnp.arange(num_tilts + 2))
+    return eps1, eps[-1]
+
+
+def _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp):
     best = jnp.minimum(eps1, eps_sp)
     best = jnp.minimum(jnp.minimum(best, eps2), _pure_dp_epsilon(comp, direction))
     if assumed().light:  # the Rényi-DP bound is the full program's (see _staging)
