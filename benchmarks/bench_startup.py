@@ -38,6 +38,7 @@ t0 = time.perf_counter()
 import jax, jax.numpy as jnp
 import jaxdp
 from jaxdp.accountants import WithFallback, _api
+from jaxdp.accountants._registry import compile_hints
 from jaxdp.accountants._staging import of_concrete
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import to_f64
@@ -53,14 +54,15 @@ else:  # the program a first concrete query compiles (a staged method's light fo
     mech = jaxdp.PoissonSubsampledGaussian(s["sigma"], s["q"])
     info = jaxdp.method_info(method)
     facts = of_concrete(mech, s["steps"])
-    facts = dataclasses.replace(facts, light=True, first_pass=True) if info.staged else facts
+    facts = dataclasses.replace(facts, light=True, first_pass=True) if compile_hints(info).staged else facts
     kwargs = {"method": method, "facts": facts, **({"or_nan": True} if isinstance(info, WithFallback) else {})}
     with jax.enable_x64(True):
         args = (to_f64(as_composition(mech, s["steps"])), jnp.float64(s["delta"]))
     f = _api._epsilon_jit
 # (the options the entry points compile this method's concrete-input programs with: none for a user's jit)
 from jaxdp.numerics import program_cache
-options = dict(program_cache.quick_options(method != "grad" and jaxdp.method_info(method).quick_compile)) or None
+quick = method != "grad" and compile_hints(jaxdp.method_info(method)).quick_compile
+options = dict(program_cache.quick_options(quick)) or None
 with jax.enable_x64(method != "grad"):
     t = time.perf_counter(); traced = f.trace(*args, **kwargs); t_trace = time.perf_counter() - t
     t = time.perf_counter(); lowered = traced.lower(); t_lower = time.perf_counter() - t

@@ -76,7 +76,7 @@ def lower(method: str, form: str):
 
     import jaxdp
     from jaxdp.accountants import _api
-    from jaxdp.accountants._registry import WithFallback
+    from jaxdp.accountants._registry import WithFallback, compile_hints
     from jaxdp.accountants._staging import of_concrete
     from jaxdp.mechanisms import as_composition
     from jaxdp.numerics import to_f64
@@ -97,7 +97,8 @@ def lower(method: str, form: str):
     mech = jaxdp.PoissonSubsampledGaussian(s["noise_multiplier"], s["sampling_prob"])
     info = jaxdp.method_info(method)
     facts = of_concrete(mech, s["num_steps"])
-    if info.staged:  # (two_pass: the certified program a query compiles second where its search needs both passes)
+    # (two_pass: the certified program a query compiles second where its search needs both passes)
+    if compile_hints(info).staged:
         facts = dataclasses.replace(facts, light=True, first_pass=form == "concrete")
     extra = {"or_nan": True} if isinstance(info, WithFallback) else {}
     with jax.enable_x64(True):

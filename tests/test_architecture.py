@@ -9,6 +9,7 @@ module or an attribute) is used only inside its own package and its subpackages,
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import math
 import pathlib
@@ -234,10 +235,32 @@ def toy_method(monkeypatch):
             log_delta=_chernoff_log_delta,
             epsilon=_chernoff_epsilon,
             supports=_gaussian_only,
-            companion="exact",
         )
     )
     return "toy-chernoff"
+
+
+def test_a_method_is_two_traceable_functions_and_a_supports_rule(monkeypatch):
+    """Issue 45: what a method is has six fields; policy across methods is a combinator's, and how the entry points
+    compile a method is said where it is registered (``CompileHints``), not in the method."""
+    from jaxdp.accountants._registry import compile_hints
+
+    fields = [f.name for f in dataclasses.fields(jaxdp.MethodInfo)]
+    assert fields == ["name", "certified", "description", "log_delta", "epsilon", "supports"]
+    certified, rdp = jaxdp.method_info("certified"), jaxdp.method_info("rdp")
+    assert compile_hints(certified).staged and compile_hints(certified).quick_compile
+    assert all(compile_hints(jaxdp.method_info(n)).direction_as_data for n in jaxdp.available_methods())
+    assert not compile_hints(rdp).staged and not compile_hints(rdp).quick_compile
+    # a method not registered (given as method=) has no hints; registered, those it was registered with
+    toy = jaxdp.MethodInfo(
+        "toy-hints", certified=True, description="", log_delta=_chernoff_log_delta, epsilon=_chernoff_epsilon
+    )
+    assert compile_hints(toy) == _registry.NO_HINTS
+    monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
+    jaxdp.register_method(toy, staged=True)
+    assert compile_hints(toy) == _registry.CompileHints(staged=True)
+    with pytest.raises(ValueError, match="not registered here"):
+        _registry.register_methods((toy,), hints={"elsewhere": _registry.NO_HINTS})
 
 
 def test_third_party_accountant_through_register_method(toy_method):
@@ -265,8 +288,8 @@ def test_third_party_accountant_through_register_method(toy_method):
 
 
 def test_a_staged_method_compiles_its_rare_branch_only_where_concrete_inputs_take_it(monkeypatch):
-    """``MethodInfo.staged`` (jaxdp/accountants/_staging.py): on concrete inputs the entry points trace the
-    method under ``Facts.light`` first, where it may answer NaN instead of tracing a rare branch, and run the
+    """``register_method(..., staged=True)`` (jaxdp/accountants/_staging.py): on concrete inputs the entry points
+    trace the method under ``Facts.light`` first, where it may answer NaN instead of tracing a rare branch, and run the
     full program only then; traced inputs get the full program alone; both answer the same."""
     from jaxdp.accountants._staging import assumed
 
@@ -288,8 +311,8 @@ def test_a_staged_method_compiles_its_rare_branch_only_where_concrete_inputs_tak
             log_delta=log_delta,
             epsilon=_chernoff_epsilon,
             supports=_gaussian_only,
-            staged=True,
-        )
+        ),
+        staged=True,
     )
     with jax.enable_x64(True):
         want = {
@@ -337,8 +360,8 @@ def test_a_staged_epsilon_runs_its_first_pass_alone_then_the_light_program(monke
             log_delta=log_delta,
             epsilon=epsilon,
             supports=_gaussian_only,
-            staged=True,
-        )
+        ),
+        staged=True,
     )
     with jax.enable_x64(True):
         want = {

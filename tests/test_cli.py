@@ -359,6 +359,9 @@ def test_privacy_report_is_the_command_lines_answer():
         jaxdp.epsilon_for_delta(laplace, num_steps=3, delta=1e-5, method="delta2-certified")
     )
     assert r.error_indicator is not None and r.vacuous is False and r.note is None
+    # every estimate has the companion (an estimate registered with no word of one too)
+    g = jaxdp.privacy_report(laplace, num_steps=3, delta=1e-5, method="gil-pelaez")
+    assert not g.certified and g.certified_upper_method == "delta2-certified" and g.certified_upper == r.certified_upper
     tiny = jaxdp.PoissonSubsampledGaussian(1e-6, 0.5)
     v = jaxdp.privacy_report(tiny, num_steps=10, delta=1e-5, method="delta2-certified")
     assert v.vacuous and v.epsilon == float("inf") and "vacuous" in v.note and v.certified_upper is None

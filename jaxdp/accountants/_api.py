@@ -28,10 +28,12 @@ from jaxdp.accountants._programs import (
     log_delta_with_fallback,
 )
 from jaxdp.accountants._registry import (
+    NO_HINTS,
     MethodInfo,
     WithFallback,
     available_methods,
     check_supported,
+    compile_hints,
     method_info,
     register_method,
     register_methods,
@@ -63,13 +65,16 @@ __all__ = [
 ]
 
 
-# every built-in method takes the direction as data (MethodInfo.direction_as_data)
+# the built-ins and how the entry points compile them (each module's HINTS, none where it has none): every one
+# takes the direction as data
+_MODULES = (_rdp, _exact, _split_saddle, _saddlepoint, _certified, _characteristic, _gil_pelaez)
 register_methods(
-    tuple(
-        dataclasses.replace(info, direction_as_data=True)
-        for module in (_rdp, _exact, _split_saddle, _saddlepoint, _certified, _characteristic, _gil_pelaez)
+    tuple(info for module in _MODULES for info in module.METHODS),
+    hints={
+        info.name: dataclasses.replace(getattr(module, "HINTS", {}).get(info.name, NO_HINTS), direction_as_data=True)
+        for module in _MODULES
         for info in module.METHODS
-    )
+    },
 )
 
 
@@ -133,7 +138,9 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
     keep = _jaxdp_code_only(info, args[0])
     if not isinstance(info, WithFallback):
         return _staged(info, plain_jit, plain, args, static, keep)
-    value = program_cache.call(plain_jit, plain, args, {**static, "or_nan": True}, keep=keep, quick=info.quick_compile)
+    value = program_cache.call(
+        plain_jit, plain, args, {**static, "or_nan": True}, keep=keep, quick=compile_hints(info).quick_compile
+    )
     if not _any_nan(value):
         return value
     backup = _staged(method_info(info.fallback), plain_jit, plain, args, {**static, "method": info.fallback}, keep)
@@ -144,15 +151,17 @@ def _staged(info, jitted, fn, args, static, keep):
     """``jitted`` on concrete ``args``: a staged method's lightest program first, and each heavier one (compiled
     only then) where the lighter answered NaN: for epsilon the first pass alone, then the light program, then
     the full one; for delta the light program, then the full one."""
-    if not info.staged:
-        return program_cache.call(jitted, fn, args, static, keep=keep, quick=info.quick_compile)
+    if not compile_hints(info).staged:
+        return program_cache.call(jitted, fn, args, static, keep=keep, quick=compile_hints(info).quick_compile)
     facts = static["facts"]
     tiers = [dataclasses.replace(facts, light=True), facts]
     if fn is epsilon_of_composition:  # (the only entry point with a second pass to leave out)
         tiers.insert(0, dataclasses.replace(facts, light=True, first_pass=True))
     value = None
     for tier in tiers:
-        got = program_cache.call(jitted, fn, args, {**static, "facts": tier}, keep=keep, quick=info.quick_compile)
+        got = program_cache.call(
+            jitted, fn, args, {**static, "facts": tier}, keep=keep, quick=compile_hints(info).quick_compile
+        )
         value = got if value is None else jnp.where(jnp.isnan(value), got, value)
         if not _any_nan(value):
             break
@@ -183,7 +192,7 @@ def epsilon_of_concrete(mechanism, *, num_steps, delta, method: str) -> float:
                 args,
                 {"method": info.name, "facts": facts, "or_nan": True},
                 keep=_jaxdp_code_only(info, comp),
-                quick=info.quick_compile,
+                quick=compile_hints(info).quick_compile,
             )
         )
     return float(_run(info, facts, args, _epsilon_jit, epsilon_of_composition, _epsilon_fallback_jit))
@@ -487,4 +496,4 @@ def saddlepoint_terms(mechanism, *, epsilon, num_steps=1) -> SplitTerms:
     static = {"facts": of_concrete(mechanism, num_steps)}
     info = _BUILT_IN["saddlepoint"]  # (this is its estimate, with the terms; kept and compiled as its programs)
     keep = _jaxdp_code_only(info, comp)
-    return program_cache.call(_terms_jit, _terms_impl, args, static, keep=keep, quick=info.quick_compile)
+    return program_cache.call(_terms_jit, _terms_impl, args, static, keep=keep, quick=compile_hints(info).quick_compile)

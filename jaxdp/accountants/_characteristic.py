@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._cgf import NUM_NODES, composed_log_phi, line_nodes
-from jaxdp.accountants._registry import MethodInfo, with_fallback
+from jaxdp.accountants._registry import CompileHints, MethodInfo, with_fallback
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import log1p, solve_decreasing
 
@@ -331,8 +331,6 @@ METHODS = (
             description="characteristic function inverted on the saddle-point contour (estimate; ~1e-6 relative)",
             log_delta=log_delta_characteristic,
             epsilon=epsilon_characteristic,
-            companion="certified",
-            quick_compile=True,
         ),
         fallback="certified",
         log_delta_or_nan=log_delta_characteristic_or_nan,
@@ -340,3 +338,7 @@ METHODS = (
         epsilon_or_nan_given_screen=lambda c, d, a, s: epsilon_characteristic(c, d, a, unreliable="nan", stage=s),
     ),
 )
+
+#: how the entry points may compile these (see :class:`~jaxdp.accountants._registry.CompileHints`): the XLA options
+#: that shorten the compile of chains of special functions
+HINTS = {info.name: CompileHints(quick_compile=True) for info in METHODS}

@@ -7,7 +7,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxdp.accountants._registry import MethodInfo, Screened, WithFallback, method_info
+from jaxdp.accountants._registry import MethodInfo, Screened, WithFallback, compile_hints, method_info
 from jaxdp.accountants._staging import Facts, assume, assumed
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import nan_to
@@ -35,10 +35,10 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
     def one(worst, c, d, a, given):
         if screen is None:
             return _larger(worst, get(info)(c, d, a))
-        if given is not None:  # (a stage of _screen_and_worst: the screen has an epsilon_stage, see _shared_screen)
+        if given is not None:  # (a stage of _screen_and_worst: the screen has a screen_stage, see _shared_screen)
             stage, cheap = given, given.epsilon
-        elif reuse is not None and screen.epsilon_stage is not None:
-            stage = screen.epsilon_stage(c, d, a)
+        elif reuse is not None and info.screen_stage is not None:
+            stage = info.screen_stage(c, d, a)
             cheap = stage.epsilon
         else:
             stage = cheap = get(screen)(c, d, a)
@@ -72,16 +72,16 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
 
 def _directions_scanned(comp, info) -> bool:
     """Whether the directions of ``comp`` are the two steps of one ``lax.scan`` (see :func:`_worst_direction`)."""
-    return len(comp.directions) == 2 and info.direction_as_data and comp.direction_as_data
+    return len(comp.directions) == 2 and compile_hints(info).direction_as_data and comp.direction_as_data
 
 
-def _screen_and_worst(comp, arg, screen: MethodInfo, fn, scanned: bool):
-    """``(max over directions of fn(comp, d, arg, stage_d), stages)`` with ``stage_d = screen.epsilon_stage(comp, d,
-    arg)``, each direction's stage computed once: ``stages`` in :func:`_worst_direction`'s layout (stacked along the
-    scan where ``scanned``, else one per direction)."""
+def _screen_and_worst(comp, arg, screen_stage, fn, scanned: bool):
+    """``(max over directions of fn(comp, d, arg, stage_d), stages)`` with ``stage_d = screen_stage(comp, d, arg)``,
+    each direction's stage computed once: ``stages`` in :func:`_worst_direction`'s layout (stacked along the scan
+    where ``scanned``, else one per direction)."""
 
     def one(worst, d):
-        stage = screen.epsilon_stage(comp, d, arg)
+        stage = screen_stage(comp, d, arg)
         return _larger(worst, fn(comp, d, arg, stage)), stage
 
     worst = jnp.asarray(-jnp.inf, jnp.float64)
@@ -139,17 +139,16 @@ def _epsilon_of_composition(comp, delta, method, or_nan, stages=None):
 
 
 def _shared_screen(info):
-    """The screen that ``info`` (a :class:`WithFallback`) and its fallback can share under a user's trace (see
+    """The screen stage that ``info`` (a :class:`WithFallback`) and its fallback can share under a user's trace (see
     :func:`epsilon_with_fallback`), else None."""
     if not isinstance(info, WithFallback) or info.epsilon_or_nan_given_screen is None:
         return None
     backup = method_info(info.fallback)
-    if not isinstance(backup, Screened) or backup.epsilon_given_screen is None:
+    if not isinstance(backup, Screened) or backup.epsilon_given_screen is None or backup.screen_stage is None:
         return None
-    screen = method_info(backup.screen)
-    if screen.epsilon_stage is None or info.direction_as_data != backup.direction_as_data:
+    if compile_hints(info).direction_as_data != compile_hints(backup).direction_as_data:
         return None
-    return screen
+    return backup.screen_stage
 
 
 def _valid_query(comp, arg, name):

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable
 
 from jaxdp.numerics import validate as _validate
 
 __all__ = [
     "DEPRECATED_METHODS",
+    "NO_HINTS",
+    "CompileHints",
     "MethodInfo",
     "Screened",
     "WithFallback",
     "available_methods",
     "check_supported",
+    "compile_hints",
     "method_info",
     "register_method",
     "register_methods",
@@ -34,32 +38,19 @@ class MethodInfo:
     """An accountant: two traceable functions, what it supports, and whether its numbers are proven upper bounds.
 
     Policy across methods is not a field: :func:`screened` and :func:`with_fallback` return methods that carry it.
+    How the entry points compile a method is said where it is registered (:func:`register_method`).
 
     Attributes:
       name: the ``method=`` string.
       certified: True when the returned epsilon/delta is a proven upper bound
-        (up to the documented numerical assumptions of the method).
+        (up to the documented numerical assumptions of the method); a report gives an estimate's
+        certified upper bound beside it (from :func:`~jaxdp.default_method`).
       description: one line for reports.
       log_delta: ``(composition, direction, epsilon) -> log delta`` (traceable; ``direction`` is a
         :class:`~jaxdp.mechanisms.Direction`).
       epsilon: ``(composition, direction, log_delta) -> epsilon`` (traceable).
       supports: ``composition -> bool``, decided from the mechanism types alone (no traced values):
         False makes the entry points raise one ``ValueError`` naming the method and the mechanism.
-      companion: for an estimate, the name of the method giving its certified
-        upper bound (reported beside it by the command line).
-      calibration_nudge: for a certified method, the relative first move of a calibrated
-        parameter before its certified check (about the method's slack over the estimate).
-      epsilon_stage: optional ``(composition, direction, log_delta) -> stage``, a pytree whose ``epsilon`` field is
-        the method's epsilon and whose other fields a method it screens may reuse (see :func:`screened`).
-      direction_as_data: ``log_delta`` and ``epsilon`` also accept ``direction`` as a boolean scalar
-        (True: add; possibly traced), so that both directions of an add-or-remove composition run
-        through one traced copy (a ``lax.scan`` over the two): half the program to compile.
-      staged: ``log_delta`` and ``epsilon`` honour ``Facts.light`` (``jaxdp/accountants/_staging.py``): traced
-        under it for concrete inputs, they may answer NaN instead of tracing a branch few inputs take (a second
-        pass, a last-resort bound), and the entry points then run the full program (compiled only then).
-      quick_compile: the entry points compile this method's programs for concrete inputs with
-        ``numerics.program_cache.QUICK_COMPILE`` (XLA options that shorten the compile of chains of special
-        functions and slow down some loops), where the installed XLA has them.
     """
 
     name: str
@@ -68,22 +59,44 @@ class MethodInfo:
     log_delta: Callable = dataclasses.field(repr=False)
     epsilon: Callable = dataclasses.field(repr=False)
     supports: Callable = dataclasses.field(default=supports_all, repr=False)
-    companion: str | None = None
-    calibration_nudge: float = 3e-6
-    epsilon_stage: Callable | None = dataclasses.field(default=None, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileHints:
+    """How the entry points may compile a registered method (given to :func:`register_method`; not the method's
+    meaning: every hint left off gives the same numbers, in a larger or slower program).
+
+    Attributes:
+      direction_as_data: ``log_delta`` and ``epsilon`` also accept ``direction`` as a boolean scalar
+        (True: add; possibly traced), so that both directions of an add-or-remove composition run
+        through one traced copy (a ``lax.scan`` over the two): half the program to compile.
+      staged: ``log_delta`` and ``epsilon`` honour ``Facts.light`` (``jaxdp/accountants/_staging.py``): traced
+        under it for concrete inputs, they may answer NaN instead of tracing a branch few inputs take (a second
+        pass, a last-resort bound), and the entry points then run the full program (compiled only then).
+      quick_compile: the entry points compile the method's programs for concrete inputs with
+        ``numerics.program_cache.QUICK_COMPILE`` (XLA options that shorten the compile of chains of special
+        functions and slow down some loops), where the installed XLA has them.
+    """
+
     direction_as_data: bool = False
     staged: bool = False
     quick_compile: bool = False
+
+
+NO_HINTS = CompileHints()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class Screened(MethodInfo):
     """A certified method whose second adjacency direction is computed only where a cheaper certified method,
     ``screen``, does not already show it below the first (the worse direction decides the result, so skipping it
-    is exact).  Made by :func:`screened`; ``epsilon_given_screen`` (optional) is the method's epsilon given the
-    screen's ``epsilon_stage`` of the same direction (or its epsilon, where the screen has no stage)."""
+    is exact).  Made by :func:`screened`.  ``screen_stage`` (optional): ``(composition, direction, log_delta) ->
+    stage``, the screen's epsilon with what it computed on the way (a pytree whose ``epsilon`` field is the
+    screen's epsilon); ``epsilon_given_screen`` (optional): the method's epsilon given that stage of the same
+    direction (or given the screen's epsilon, where there is no stage)."""
 
     screen: str = ""
+    screen_stage: Callable | None = dataclasses.field(default=None, repr=False)
     epsilon_given_screen: Callable | None = dataclasses.field(default=None, repr=False)
 
 
@@ -108,11 +121,18 @@ def _fields_of(method: MethodInfo) -> dict:
     return {f.name: getattr(method, f.name) for f in dataclasses.fields(MethodInfo)}
 
 
-def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | None = None) -> Screened:
+def screened(
+    method: MethodInfo,
+    *,
+    by: str,
+    screen_stage: Callable | None = None,
+    epsilon_given_screen: Callable | None = None,
+) -> Screened:
     """``method`` screened by the cheaper certified method named ``by`` (see :class:`Screened`).
 
-    ``epsilon_given_screen(composition, direction, log_delta, screened)`` receives the screen's ``epsilon_stage``
-    (a pytree with an ``epsilon`` field) where the screen has one, else the screen's epsilon.
+    ``screen_stage(composition, direction, log_delta)``: the screen's epsilon as a stage (a pytree with an
+    ``epsilon`` field, equal to the screen's own epsilon); ``epsilon_given_screen(composition, direction, log_delta,
+    screened)`` receives that stage where it is given, else the screen's epsilon.
 
     The screen is traced into the method's own program, in each form of it (concrete inputs and a user's ``jit``).
 
@@ -125,7 +145,9 @@ def screened(method: MethodInfo, *, by: str, epsilon_given_screen: Callable | No
       >>> jaxdp.screened(base, by="delta2-certified").screen
       'delta2-certified'
     """
-    return Screened(**_fields_of(method), screen=by, epsilon_given_screen=epsilon_given_screen)
+    return Screened(
+        **_fields_of(method), screen=by, screen_stage=screen_stage, epsilon_given_screen=epsilon_given_screen
+    )
 
 
 def with_fallback(
@@ -154,15 +176,20 @@ def with_fallback(
 
 
 _METHODS: dict[str, MethodInfo] = {}
+# keyed by the registered object (MethodInfo hashes by identity): a method re-registered under its name gets its own
+_HINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def register_method(info: MethodInfo) -> None:
+def register_method(
+    info: MethodInfo, *, direction_as_data: bool = False, staged: bool = False, quick_compile: bool = False
+) -> None:
     """Registers an accountant under ``info.name`` (replacing one of the same name).
 
     ``info.log_delta`` and ``info.epsilon`` receive a :class:`~jaxdp.Composition` (float64
     leaves, possibly traced) and one adjacency direction; the entry points take care of
     validation, the number of steps, float64, ``jax.jit`` and the worse of two directions.
-    ``companion`` and ``screen`` must name registered methods (or the method itself).
+    A ``screen`` or ``fallback`` must name a registered method (or the method itself).  The keywords are
+    :class:`CompileHints`: how the entry points may compile it (each left off gives the same numbers).
 
     Example (``tests/test_architecture.py`` registers a working toy accountant this way):
       >>> import jax.numpy as jnp, jaxdp
@@ -173,12 +200,15 @@ def register_method(info: MethodInfo) -> None:
       >>> info.supports(jaxdp.Composition.of((jaxdp.Laplace(1.0), 3)))
       True
     """
-    register_methods((info,))
+    hints = CompileHints(direction_as_data=direction_as_data, staged=staged, quick_compile=quick_compile)
+    register_methods((info,), hints={info.name: hints} if isinstance(info, MethodInfo) else None)
 
 
-def register_methods(infos) -> None:
-    """Registers several :class:`MethodInfo` at once (they may name each other as companion, screen or fallback)."""
+def register_methods(infos, hints: dict[str, CompileHints] | None = None) -> None:
+    """Registers several :class:`MethodInfo` at once (they may name each other as screen or fallback), with the
+    :class:`CompileHints` of those named in ``hints``."""
     infos = tuple(infos)
+    hints = dict(hints or {})
     names = {i.name for i in infos if isinstance(i, MethodInfo)}
     for info in infos:
         if not isinstance(info, MethodInfo):
@@ -192,16 +222,25 @@ def register_methods(infos) -> None:
         for field in required:
             if not callable(getattr(info, field)):
                 raise ValueError(f"{kind}.{field} of {info.name!r} must be callable.")
-        for field in ("epsilon_given_screen", "epsilon_or_nan_given_screen"):
+        for field in ("screen_stage", "epsilon_given_screen", "epsilon_or_nan_given_screen"):
             given = getattr(info, field, None)
             if given is not None and not callable(given):
                 raise ValueError(f"{kind}.{field} of {info.name!r} must be callable or None.")
-        for field in ("companion", "screen", "fallback"):
+        for field in ("screen", "fallback"):
             other = getattr(info, field, None)
             if other is not None and other not in names and other not in _METHODS:
                 raise ValueError(f"{kind}.{field} of {info.name!r} names an unregistered method {other!r}.")
+    unknown = set(hints) - names
+    if unknown:
+        raise ValueError(f"hints name methods not registered here: {sorted(unknown)}.")
     for info in infos:
         _METHODS[info.name] = info
+        _HINTS[info] = hints.get(info.name, NO_HINTS)
+
+
+def compile_hints(method: MethodInfo) -> CompileHints:
+    """The :class:`CompileHints` ``method`` was registered with (none for a method not registered)."""
+    return _HINTS.get(method, NO_HINTS)
 
 
 #: method names of jaxdp 0.1.0 that a name saying what the method is replaced, kept for one release: old -> new.

@@ -15,7 +15,6 @@ from jaxdp.accountants._api import (
     method_info,
     saddlepoint_terms,
 )
-from jaxdp.mechanisms import as_composition
 
 #: the saddle-point error indicator above which a report warns (``SplitTerms.error_indicator``: the estimate's
 #: sensitivity to its second-order terms and its split point, relative to epsilon)
@@ -37,9 +36,9 @@ class PrivacyReport:
     Attributes:
       epsilon, delta: the answer (one of them the query's target); ``epsilon`` is ``inf`` where ``vacuous``.
       method: the accountant that gave it; ``certified``: whether it is a proven upper bound.
-      certified_upper, certified_upper_method: for an estimate, the same quantity from its certified companion
-        (:attr:`MethodInfo.companion`, or the mechanism's :func:`default_method` where the companion does not
-        cover it); ``None`` for a certified method.
+      certified_upper, certified_upper_method: for an estimate, the same quantity from its certified companion,
+        the mechanism's :func:`default_method` (``"certified"`` where it covers the mechanism); ``None`` for a
+        certified method.
       vacuous: a certified method that could verify no bound answered with the trivial one (``epsilon = inf``, or
         ``delta = 1``); ``note`` then says so.
       error_indicator: for the saddle-point estimates, how far to trust them (relative, in epsilon; for
@@ -111,10 +110,8 @@ def privacy_report(mechanism, *, num_steps=1, delta=None, epsilon=None, method: 
     if not vacuous and not (math.isfinite(eps) and math.isfinite(dlt)):
         raise ValueError("the accountant returned a non-finite value; check the arguments.")
     upper = companion = None
-    if info.companion is not None:
-        companion = info.companion
-        if not method_info(companion).supports(as_composition(mechanism, 1)):
-            companion = default_method(mechanism, num_steps)
+    if not info.certified:  # an estimate is reported beside the proven bound a query without a method would give
+        companion = default_method(mechanism, num_steps)
         upper = answer(companion)
     indicator = warning = None
     if info.name in SADDLEPOINT_METHODS and math.isfinite(eps) and eps > 0:

@@ -16,9 +16,8 @@ from jaxdp.accountants._bounds import (
     epsilon_saddlepoint_upper,
     log_delta_saddlepoint,
     log_delta_saddlepoint_upper,
-    screen_stage,
 )
-from jaxdp.accountants._registry import MethodInfo
+from jaxdp.accountants._registry import CompileHints, MethodInfo
 
 METHODS = (
     MethodInfo(
@@ -27,8 +26,6 @@ METHODS = (
         description="one-Gaussian saddle-point approximation delta_2 (estimate; fastest, 20-200 % off at small q)",
         log_delta=log_delta_saddlepoint,
         epsilon=epsilon_saddlepoint,
-        companion="certified",
-        quick_compile=True,
     ),
     MethodInfo(
         "delta2-certified",
@@ -36,7 +33,9 @@ METHODS = (
         description="saddle-point delta_2 plus its error bound (proven upper bound, see docs)",
         log_delta=log_delta_saddlepoint_upper,
         epsilon=epsilon_saddlepoint_upper,
-        epsilon_stage=screen_stage,
-        quick_compile=True,
     ),
 )
+
+#: how the entry points may compile these (see :class:`~jaxdp.accountants._registry.CompileHints`): the XLA options
+#: that shorten the compile of chains of special functions
+HINTS = {info.name: CompileHints(quick_compile=True) for info in METHODS}

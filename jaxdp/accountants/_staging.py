@@ -32,7 +32,7 @@ class Facts:
       no_few_steps: every part of the composition runs 0 or more than :data:`FEW_STEPS` steps (the
         saddle-point estimate's exact few-step branch is never taken).
       light: every input is concrete, and the caller runs the full program where this one answers NaN: a
-        method (``MethodInfo.staged``) may answer NaN instead of tracing a branch that few inputs take.
+        method registered ``staged`` (``CompileHints``) may answer NaN instead of tracing a branch that few inputs take.
       first_pass: with ``light``, an epsilon search with a second pass (the certified one) runs its first alone
         and answers NaN where the second would run (the caller then runs the light program, which has both).
     """

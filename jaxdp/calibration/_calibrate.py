@@ -8,8 +8,8 @@ Each calibration is two solves:
    (``certify``, by default ``"certified-fast"``: the certified construction on a
    coarser lattice, a proven bound) and moved, by the least amount the measured
    slack calls for, until the certified epsilon is at most the target.  The
-   parameter is first moved by the certified method's ``calibration_nudge`` (about the check's slack), so
-   that one certified evaluation usually suffices.  The number of steps is the largest whole count
+   parameter is first moved by the certified method's nudge (``_result.CALIBRATION_NUDGES``, about the
+   check's slack), so that one certified evaluation usually suffices.  The number of steps is the largest whole count
    that passes, between a passing and a failing count (usually the estimate's count and the next).
 
 Concrete inputs (up to ``HOST_CONFIGURATIONS``) run both on the host, over the accountants'

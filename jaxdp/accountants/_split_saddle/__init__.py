@@ -39,13 +39,13 @@ split and its cumulants), ``_jumps`` (one and many jumps), ``_few`` (the few-ste
 delta) and ``_solve`` (epsilon).
 """
 
-
-from jaxdp.accountants._registry import MethodInfo
+from jaxdp.accountants._registry import CompileHints, MethodInfo
 from jaxdp.accountants._split_saddle._estimate import SplitTerms, log_delta_estimate, split_terms
 from jaxdp.accountants._split_saddle._shape import NUM_COUNTS, SPLIT, SplitShape, bulk_shape, split_shape
 from jaxdp.accountants._split_saddle._solve import epsilon_estimate
 
 __all__ = [
+    "HINTS",
     "METHODS",
     "NUM_COUNTS",
     "SPLIT",
@@ -64,7 +64,9 @@ _SADDLEPOINT = MethodInfo(
     description="saddle-point estimate with the bulk/jump split (estimate; O(1) in the number of steps)",
     log_delta=log_delta_estimate,
     epsilon=epsilon_estimate,
-    companion="certified",
-    quick_compile=True,
 )
 METHODS = (_SADDLEPOINT,)
+
+#: how the entry points may compile these (see :class:`~jaxdp.accountants._registry.CompileHints`): the XLA options
+#: that shorten the compile of chains of special functions
+HINTS = {info.name: CompileHints(quick_compile=True) for info in METHODS}

@@ -3,6 +3,7 @@ tilted domain.  What it bounds and how: ``docs/accountants/certified.md``."""
 
 from jaxdp.accountants.certified._search import (
     FAST_GRID,
+    HINTS,
     METHODS,
     CertifiedResult,
     certified_terms,
@@ -10,4 +11,12 @@ from jaxdp.accountants.certified._search import (
     log_delta_certified,
 )
 
-__all__ = ["FAST_GRID", "METHODS", "CertifiedResult", "certified_terms", "epsilon_certified", "log_delta_certified"]
+__all__ = [
+    "FAST_GRID",
+    "HINTS",
+    "METHODS",
+    "CertifiedResult",
+    "certified_terms",
+    "epsilon_certified",
+    "log_delta_certified",
+]

@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.accountants import _bounds, _cgf
-from jaxdp.accountants._registry import MethodInfo, screened
+from jaxdp.accountants._registry import CompileHints, MethodInfo, screened
 from jaxdp.accountants._staging import assumed
 from jaxdp.accountants.certified._constants import (
     _EPS_NUDGES,
@@ -38,7 +38,7 @@ from jaxdp.accountants.certified._window import (
 from jaxdp.mechanisms import Composition, Gaussian, MixtureMechanism
 from jaxdp.numerics import argmax, argmin, log_sub_exp, nan_to
 
-__all__ = ["METHODS", "CertifiedResult", "certified_terms", "epsilon_certified", "log_delta_certified"]
+__all__ = ["HINTS", "METHODS", "CertifiedResult", "certified_terms", "epsilon_certified", "log_delta_certified"]
 
 
 class CertifiedResult(NamedTuple):
@@ -324,11 +324,9 @@ METHODS = (
             log_delta=log_delta_certified,
             epsilon=epsilon_certified,
             supports=_supported,
-            calibration_nudge=3e-6,
-            staged=True,
-            quick_compile=True,
         ),
         by="delta2-certified",
+        screen_stage=_bounds.screen_stage,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, screened=s),
     ),
     screened(
@@ -339,11 +337,14 @@ METHODS = (
             log_delta=functools.partial(log_delta_certified, grid=FAST_GRID),
             epsilon=functools.partial(epsilon_certified, grid=FAST_GRID),
             supports=_supported,
-            calibration_nudge=3e-5,
-            staged=True,
-            quick_compile=True,
         ),
         by="delta2-certified",
+        screen_stage=_bounds.screen_stage,
         epsilon_given_screen=lambda c, d, a, s: epsilon_certified(c, d, a, grid=FAST_GRID, screened=s),
     ),
 )
+
+#: how the entry points may compile these (see :class:`~jaxdp.accountants._registry.CompileHints`): under
+#: ``Facts.light`` the search answers NaN where its second pass or the Rényi-DP bound would run; the XLA options
+#: that shorten the compile of chains of special functions
+HINTS = {info.name: CompileHints(staged=True, quick_compile=True) for info in METHODS}
