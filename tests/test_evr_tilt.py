@@ -97,8 +97,8 @@ def test_the_add_directions_rejection_keeps_exactly_the_tilt():
     with jax.enable_x64(True):
         _, parts = parts_of(mech, 1)
         (prop,) = _exact_tilt.proposals(parts, "add", jnp.float64(t))
-        fam = __import__("jaxdp.accountants.montecarlo._families", fromlist=["family"]).family(mech, "add")
-        x, ell = jax.jit(lambda p: _exact_tilt.draw(p, fam, KEY, (200_000,)))(prop)
+        law = mech.output_law("add")
+        x, ell = jax.jit(lambda p: _exact_tilt.draw(p, law, KEY, (200_000,)))(prop)
         capped = float(_exact_tilt.whole(parts, "add", jnp.float64(1e3)))
     assert capped == pytest.approx(_exact_tilt.REJECT_LOG / -math.log1p(-q))
 

@@ -195,3 +195,46 @@ def test_mechanisms_are_immutable():
     m = jaxdp.Gaussian(1.0)
     with pytest.raises(AttributeError):
         m.noise_multiplier = 2.0
+
+
+# -- the output law: what the Monte Carlo accountants sample ----------------------------------------------
+@pytest.mark.parametrize("name", MECHANISMS)
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_output_law_is_the_mechanisms_own_pair(name, direction):
+    """The law's loss is the mechanism's ``privacy_loss``, its density integrates to one, and ``E_P[e^{tL}]``
+    and ``E_P[e^{theta x}]`` by Gauss-Legendre quadrature of the law's density are ``K(t)`` (the mechanism's CGF) and
+    the law's ``log_mgf``: one description of the pair, whichever accountant reads it."""
+    m = MECHANISMS[name]()
+    law = m.output_law(direction)
+    xs = np.linspace(-6.0, 7.0, 41)
+    if direction == "remove" or not m.symmetric:
+        # (a symmetric mechanism answers "add" with its remove pair; its law may be the mirrored pair: K checks it)
+        np.testing.assert_allclose(
+            np.asarray(law.loss(xs)), np.asarray(m.privacy_loss(xs, direction)), rtol=1e-12, atol=1e-12
+        )
+    ell, log_p = law.loss_and_log_density(xs)
+    np.testing.assert_allclose(np.asarray(ell), np.asarray(law.loss(xs)), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(log_p), np.asarray(law.log_density(xs)), rtol=1e-12, atol=1e-12)
+
+    # Gauss-Legendre on unit cells of [-40, 40] (the Laplace kinks at 0 and 1 are cell edges), evaluated at once
+    u, w = np.polynomial.legendre.leggauss(24)
+    x = (np.arange(-40.0, 40.0)[:, None] + 0.5 * (u + 1.0)[None, :]).ravel()
+    wx = np.tile(0.5 * w, 80)
+    dens = wx * np.exp(np.asarray(law.log_density(x)))
+    loss = np.asarray(law.loss(x))
+    assert dens.sum() == pytest.approx(1.0, abs=1e-11)
+    for t in (0.5, 2.0):
+        got = np.log(np.sum(dens * np.exp(t * loss)))
+        assert got == pytest.approx(float(m.cgf(t, direction)), rel=1e-9, abs=1e-12)
+    theta = 0.4
+    got = np.log(np.sum(dens * np.exp(theta * x)))
+    assert got == pytest.approx(float(law.log_mgf(theta)), rel=1e-10, abs=1e-12)
+
+
+def test_output_law_needs_a_string_direction_and_a_sampleable_mechanism():
+    m = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
+    with pytest.raises(ValueError, match="direction"):
+        jax.jit(lambda d: m.output_law(d))(jnp.asarray(True))
+    comp = jaxdp.Composition.of((m, 3), (jaxdp.Gaussian(2.0), 2))
+    with pytest.raises(NotImplementedError, match="no output law"):
+        comp.output_law("remove")

@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 import jaxdp
-from jaxdp.accountants.montecarlo import _families as fam_mod
 from jaxdp.accountants.montecarlo import _online
+from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.numerics import to_f64
 
 #: (sigma, q, delta) -> {step: true epsilon} (method="characteristic")
@@ -128,8 +128,8 @@ def test_the_command_line_says_which_steps_are_refused(capsys):
 # -- the pieces ------------------------------------------------------------------------------------------------
 @jax.enable_x64(True)
 def test_alias_table_and_tabulated_tilts_are_exact_densities():
-    fam = fam_mod.family(to_f64(jaxdp.PoissonSubsampledGaussian(1.0, 0.01)), "remove")
-    tab = jax.jit(lambda t: _online.grid_tilts(fam, t))(jnp.asarray([0.3, 6.0]))
+    law = to_f64(jaxdp.PoissonSubsampledGaussian(1.0, 0.01)).output_law("remove")
+    tab = jax.jit(lambda t: _online.grid_tilts(law, t))(jnp.asarray([0.3, 6.0]))
     for row in range(2):
         p = np.exp(np.concatenate([np.asarray(tab.log_cell[row]), np.asarray(tab.log_tail[row])]))
         assert abs(p.sum() - 1.0) < 1e-12
@@ -143,7 +143,7 @@ def test_alias_table_and_tabulated_tilts_are_exact_densities():
         @jax.jit
         def log_ratio(tab, key, row=row, n=n):
             x = _online._grid_draw(tab, jnp.full(n, row, jnp.int32), key, (n,))
-            return fam_mod.log_density(fam, x) - _online._grid_log_density(tab, x)[row]
+            return law.log_density(x) - _online._grid_log_density(tab, x)[row]
 
         ratio = np.exp(np.asarray(log_ratio(tab, jax.random.key(row))))
         assert abs(ratio.mean() - 1.0) < 5 * ratio.std() / np.sqrt(n)
@@ -153,10 +153,10 @@ def test_alias_table_and_tabulated_tilts_are_exact_densities():
 def test_one_step_tilts_reach_their_target_in_both_directions():
     m = to_f64(jaxdp.PoissonSubsampledGaussian(1.0, 0.01))
     for direction, target in (("remove", 0.3), ("add", 0.008)):
-        fam = fam_mod.family(m, direction)
-        theta = fam_mod.solve_theta(fam, jnp.asarray(target))
+        law = m.output_law(direction)
+        theta = prop_mod.solve_theta(law, jnp.asarray(target))
         assert (float(theta) > 0) == (direction == "remove")
-        assert float(fam_mod.tilted_mean_loss(fam, theta)) == pytest.approx(target, rel=1e-6)
+        assert float(law.tilted_mean_loss(theta)) == pytest.approx(target, rel=1e-6)
 
 
 def test_anchors_cover_every_scale():

@@ -9,6 +9,7 @@ from jaxdp.mechanisms._base import AbstractMechanism, Adjacency, Direction, by_d
 from jaxdp.mechanisms._composition import Composition, as_composition, segment
 from jaxdp.mechanisms._gaussian import Gaussian
 from jaxdp.mechanisms._laplace import Laplace
+from jaxdp.mechanisms._laws import GaussianMixtureLaw, LaplaceLaw
 from jaxdp.mechanisms._log_ratio import log_ratio
 from jaxdp.mechanisms._mixture import MixtureMechanism, MixtureOfGaussians, PoissonSubsampledGaussian
 
@@ -18,7 +19,9 @@ __all__ = [
     "Composition",
     "Direction",
     "Gaussian",
+    "GaussianMixtureLaw",
     "Laplace",
+    "LaplaceLaw",
     "MixtureMechanism",
     "MixtureOfGaussians",
     "PoissonSubsampledGaussian",

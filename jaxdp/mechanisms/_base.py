@@ -80,6 +80,12 @@ def _check_direction(direction):
         raise ValueError(f"direction must be 'remove', 'add' or a boolean scalar (True: add), got {direction!r}.")
 
 
+def _check_static_direction(direction, what="output_law"):
+    _check_direction(direction)
+    if not isinstance(direction, str):
+        raise ValueError(f"{what} needs direction 'remove' or 'add' (a string), not a traced flag.")
+
+
 def is_add(direction):
     """``direction`` as a flag: a Python bool for ``"remove"``/``"add"``, else the boolean scalar as given
     (possibly traced; True is add).  A traced flag lets one traced copy of an accountant serve both
@@ -202,6 +208,12 @@ class AbstractMechanism:
         """An upper bound on the real ``K(t)`` for certified use: ``+inf`` where it cannot be trusted."""
         k = self.cgf(t, direction)
         return nan_to(k, jnp.inf)
+
+    def output_law(self, direction: str = "remove"):
+        """One step's output law under ``P`` and its privacy loss, for samplers: a
+        :class:`~jaxdp.mechanisms.GaussianMixtureLaw` or :class:`~jaxdp.mechanisms.LaplaceLaw` (``direction`` a
+        string).  A mechanism without one cannot be sampled by the Monte Carlo accountants."""
+        raise NotImplementedError(f"{type(self).__name__} has no output law (GaussianMixtureLaw or LaplaceLaw).")
 
     def max_privacy_loss(self, direction: str = "remove"):
         """The largest value of the privacy loss under ``P`` (``+inf`` if unbounded): an ``eps`` with delta 0."""

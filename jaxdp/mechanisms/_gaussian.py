@@ -13,9 +13,11 @@ from jaxdp.mechanisms._base import (
     Adjacency,
     _adjacency,
     _check_direction,
+    _check_static_direction,
     _check_under,
     _f64,
 )
+from jaxdp.mechanisms._laws import GaussianMixtureLaw
 from jaxdp.mechanisms._quadrature import (
     CheckedMoments,
 )
@@ -70,6 +72,11 @@ class Gaussian(AbstractMechanism):
         k0, k1 = t * (t + 1.0) * v / 2.0, (t + 0.5) * v
         ok = jnp.isfinite(k0) & jnp.isfinite(k1) & (v > 0) & jnp.isfinite(v)
         return CheckedMoments(k0, k1, v, self.tilted_abs_moment(t, direction), jnp.zeros_like(k0), ok)
+
+    def output_law(self, direction="remove"):
+        _check_static_direction(direction)
+        s = _f64(self.noise_multiplier)
+        return GaussianMixtureLaw.of_mixture(jnp.zeros(1), jnp.ones(1), s, direction)
 
     def sample_output(self, key, shape=(), *, direction="remove", under="P"):
         _check_direction(direction)

@@ -14,9 +14,11 @@ from jaxdp.mechanisms._base import (
     Adjacency,
     _adjacency,
     _check_direction,
+    _check_static_direction,
     _check_under,
     _f64,
 )
+from jaxdp.mechanisms._laws import LaplaceLaw
 from jaxdp.numerics import pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
@@ -104,6 +106,10 @@ class Laplace(AbstractMechanism):
     def max_privacy_loss(self, direction="remove"):
         _check_direction(direction)
         return 1.0 / _f64(self.noise_multiplier)
+
+    def output_law(self, direction="remove"):
+        _check_static_direction(direction)
+        return LaplaceLaw(_f64(self.noise_multiplier))
 
     def sample_output(self, key, shape=(), *, direction="remove", under="P"):
         _check_direction(direction)

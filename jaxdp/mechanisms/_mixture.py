@@ -15,11 +15,13 @@ from jaxdp.mechanisms._base import (
     Adjacency,
     _adjacency,
     _check_direction,
+    _check_static_direction,
     _check_under,
     _f64,
     by_direction,
     is_static_direction,
 )
+from jaxdp.mechanisms._laws import GaussianMixtureLaw
 from jaxdp.mechanisms._log_ratio import log_ratio
 from jaxdp.mechanisms._quadrature import (
     NODES_PER_WINDOW,
@@ -124,11 +126,13 @@ class MixtureMechanism(AbstractMechanism):
         lr = self._log_ratio(x)
         return by_direction(direction, lr, -lr)
 
+    def output_law(self, direction="remove"):
+        _check_static_direction(direction)
+        return GaussianMixtureLaw.of_mixture(*self.mixture(), direction)
+
     def sample_output(self, key, shape=(), *, direction="remove", under="P"):
-        _check_direction(direction)
+        _check_static_direction(direction, "sample_output")
         _check_under(under)
-        if not is_static_direction(direction):
-            raise ValueError("sample_output needs direction 'remove' or 'add' (a string), not a traced flag.")
         log_p, c, s = self.mixture()
         k_idx, k_z = jax.random.split(key)
         z = jax.random.normal(k_z, shape, dtype=jnp.float64) * s

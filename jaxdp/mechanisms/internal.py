@@ -3,6 +3,7 @@ mixture's log ratio and quadrature, and the scans over a composition's parts.  N
 they may change without notice."""
 
 from jaxdp.mechanisms._composition import STACK_CAPACITY, is_stacked, scan_parts, scan_stack
+from jaxdp.mechanisms._laws import gauss_mixture_log_density
 from jaxdp.mechanisms._log_ratio import (
     LOG_ZERO,
     NEWTON_MAX_ITER,
@@ -23,6 +24,7 @@ __all__ = [
     "X_FAR",
     "CheckedMoments",
     "component_posterior",
+    "gauss_mixture_log_density",
     "inverse_log_ratio",
     "is_stacked",
     "mixture_log_ratio",

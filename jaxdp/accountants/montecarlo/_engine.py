@@ -35,7 +35,7 @@ from jax.sharding import Mesh, PartitionSpec
 
 from jaxdp.accountants import _cgf
 from jaxdp.accountants.montecarlo import _exact_tilt
-from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.accountants.montecarlo import _proposals as prop_mod
 
 CHUNK = 4096
 BLOCK = 256
@@ -72,17 +72,17 @@ def plan_proposals(parts, direction, eps, estimator, theta_one=None):
     """Per-part fixed proposals for a query at ``eps``: ``[(proposal, base)]`` (``base``: ``P`` itself, the law
     of the untilted steps of ``"tilted-one"``, whose tilts are ``theta_one`` when given, one per part)."""
     eps = jax.lax.stop_gradient(jnp.asarray(eps, jnp.float64))
-    fams = [fam_mod.family(p.mech, direction) for p in parts]
+    laws = [p.mech.output_law(direction) for p in parts]
     if estimator == "simple":
-        return [(fam_mod.untilted(f), None) for f in fams]
+        return [(prop_mod.untilted(f), None) for f in laws]
     if estimator == "tilted-exact":  # theta_one: the tilt (shape (1,)), else the one of the smallest range
         tilt = _exact_tilt.best_tilt(parts, direction, eps)[0] if theta_one is None else theta_one[0]
         return [(prop, None) for prop in _exact_tilt.proposals(parts, direction, tilt)]
     if estimator == "tilted-one":
-        thetas = [fam_mod.solve_theta(f, eps) if theta_one is None else theta_one[i] for i, f in enumerate(fams)]
-        return [(fam_mod.x_tilt(f, th), fam_mod.untilted(f)) for f, th in zip(fams, thetas)]
+        thetas = [prop_mod.solve_theta(f, eps) if theta_one is None else theta_one[i] for i, f in enumerate(laws)]
+        return [(prop_mod.x_tilt(f, th), prop_mod.untilted(f)) for f, th in zip(laws, thetas)]
     t = saddle_t(parts, direction, eps)
-    return [(fam_mod.loss_tilt(f, t), None) for f in fams]
+    return [(prop_mod.loss_tilt(f, t), None) for f in laws]
 
 
 def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CHUNK, with_grad=False):
@@ -91,52 +91,52 @@ def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CH
     key_c = jax.random.fold_in(key, chunk_id)
     steps_total = total_steps(parts)
     if estimator == "tilted-one":
-        u = fam_mod.uniform(jax.random.fold_in(key_c, 0), (size,))
+        u = prop_mod.uniform(jax.random.fold_in(key_c, 0), (size,))
         pick = jnp.minimum(jnp.floor(u * steps_total), steps_total - 1).astype(jnp.int32)
     loss = jnp.zeros(size)
     log_w = jnp.zeros(size)
     lse = jnp.full(size, -jnp.inf)
     offset = 0
     for idx, part in enumerate(parts):
-        fam = fam_mod.family(part.mech, direction)
+        law = part.mech.output_law(direction)
         prop, base = proposals[idx]
         width = min(part.count, BLOCK)
         num_blocks = -(-part.count // width)
         key_p = jax.random.fold_in(key_c, idx + 1)
         if estimator == "tilted-exact" and _exact_tilt.is_gaussian(part.mech):
             # the loss of Gaussian steps is linear in the output: their sum is one Gaussian draw, exactly
-            ell, lw = _exact_tilt.gaussian_part_sums(prop, fam, key_p, size, part.count)
+            ell, lw = _exact_tilt.gaussian_part_sums(prop, law, key_p, size, part.count)
             loss, log_w = loss + ell, log_w + lw
             offset += part.count
             continue
 
-        def block(carry, b, fam=fam, prop=prop, base=base, width=width, part=part, key_p=key_p, offset=offset):
+        def block(carry, b, law=law, prop=prop, base=base, width=width, part=part, key_p=key_p, offset=offset):
             loss, log_w, lse = carry
             steps = b * width + jnp.arange(width)
             valid = (steps < part.count)[None, :]
             k_b = jax.random.fold_in(key_p, b)
             if estimator == "tilted-one":
                 tilted = (offset + steps)[None, :] == pick[:, None]
-                x = fam_mod.draw(prop, k_b, (size, width), tilted, base)
-                a = fam_mod.log_tilt_ratio(prop, x)
+                x = prop_mod.draw(prop, k_b, (size, width), tilted, base)
+                a = prop_mod.log_tilt_ratio(prop, x)
                 lse = jnp.logaddexp(lse, jax.nn.logsumexp(jnp.where(valid, a, -jnp.inf), axis=1))
             elif estimator == "tilted-exact":
-                x, ell = _exact_tilt.draw(prop, fam, k_b, (size, width))
+                x, ell = _exact_tilt.draw(prop, law, k_b, (size, width))
                 log_w = log_w + jnp.sum(jnp.where(valid, _exact_tilt.log_weight(prop, ell), 0.0), axis=1)
             elif estimator == "tilted":
-                x, log_g = fam_mod.draw_with_density(prop, k_b, (size, width))
-                ell, log_p = fam_mod.loss_and_log_density(fam, x)
+                x, log_g = prop_mod.draw_with_density(prop, k_b, (size, width))
+                ell, log_p = law.loss_and_log_density(x)
                 log_w = log_w + jnp.sum(jnp.where(valid, log_p - log_g, 0.0), axis=1)
             else:
-                x = fam_mod.draw(prop, k_b, (size, width))
+                x = prop_mod.draw(prop, k_b, (size, width))
             if estimator not in ("tilted", "tilted-exact"):
-                ell = fam_mod.loss(fam, x)
+                ell = law.loss(x)
             loss = loss + jnp.sum(jnp.where(valid, ell, 0.0), axis=1)
             if estimator not in ("tilted", "tilted-exact") and with_grad:
                 ref = base if base is not None else prop
                 if estimator == "simple":
                     ref = prop
-                lr = fam_mod.log_density(fam, x) - fam_mod.proposal_log_density(ref, x)
+                lr = law.log_density(x) - prop_mod.proposal_log_density(ref, x)
                 log_w = log_w + jnp.sum(jnp.where(valid, lr, 0.0), axis=1)
             return (loss, log_w, lse), None
 

@@ -11,7 +11,7 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from jaxdp.accountants.montecarlo import _engine, _exact_tilt
-from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import argmax, bisect, float64_entry, float64_scope, pytree_dataclass, to_f64
 from jaxdp.numerics import validate as _validate
@@ -62,7 +62,7 @@ def parts_of(mechanism, num_steps):
     for m, n in zip(comp.mechanisms, comp.counts):
         if not _validate.is_concrete(n):
             raise ValueError("the counts of a composition must be concrete for method='montecarlo'.")
-        if not fam_mod.supported(m):
+        if not prop_mod.supported(m):
             raise ValueError(
                 f"method='montecarlo' supports Gaussian, Laplace and mixture-of-Gaussians mechanisms, got "
                 f"{type(m).__name__}."

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.mechanisms import Gaussian, PoissonSubsampledGaussian
 from jaxdp.numerics import argmin
 
@@ -172,30 +172,30 @@ def proposals(parts, direction, tilt):
     return out
 
 
-def draw(prop, fam, key, shape):
-    """``(x, l(x))``: outputs drawn exactly from the tilt ``prop`` of the step ``fam``, and their losses."""
+def draw(prop, law, key, shape):
+    """``(x, l(x))``: outputs drawn exactly from the tilt ``prop`` of the step ``law``, and their losses."""
     if prop.cap is not None:
-        return _draw_rejected(prop, fam, key, shape)
+        return _draw_rejected(prop, law, key, shape)
     k_u, k_z = jax.random.split(key)
-    z = fam_mod.normal(k_z, shape)
+    z = prop_mod.normal(k_z, shape)
     if prop.cum.shape[0] == 1:
         x = prop.mu + prop.s * z
     else:
         # the component k (its mean is k): how many cumulative probabilities the uniform reaches
-        k = jnp.searchsorted(prop.cum, fam_mod.uniform(k_u, shape), side="right", method="scan")
+        k = jnp.searchsorted(prop.cum, prop_mod.uniform(k_u, shape), side="right", method="scan")
         x = jnp.minimum(k, prop.cum.shape[0] - 1).astype(jnp.float64) + prop.s * z
-    return x, fam_mod.loss(fam, x)
+    return x, law.loss(x)
 
 
-def _draw_rejected(prop, fam, key, shape):
+def _draw_rejected(prop, law, key, shape):
     """Draws of ``N(0, s^2)`` kept with probability ``e^{t (l(x) - cap)}`` (``cap`` the largest loss), redrawn
     where refused until every slot holds a kept draw: the kept draws have the tilt's law exactly."""
 
     def attempt(i):
         k_x, k_u = jax.random.split(jax.random.fold_in(key, i))
-        x = prop.mu + prop.s * fam_mod.normal(k_x, shape)
-        ell = fam_mod.loss(fam, x)
-        keep = jnp.log(fam_mod.uniform(k_u, shape)) < prop.a * (ell - prop.cap)
+        x = prop.mu + prop.s * prop_mod.normal(k_x, shape)
+        ell = law.loss(x)
+        keep = jnp.log(prop_mod.uniform(k_u, shape)) < prop.a * (ell - prop.cap)
         return x, ell, keep
 
     def body(c):
@@ -214,11 +214,11 @@ def is_gaussian(mech) -> bool:
     return isinstance(mech, Gaussian)
 
 
-def gaussian_part_sums(prop, fam, key, size, count):
+def gaussian_part_sums(prop, law, key, size, count):
     """``(sum of losses, sum of log weights)`` of ``count`` Gaussian steps drawn from the tilt ``prop``, from one
     draw of their output's sum (``N(count mu, count s^2)``: the loss ``sign (x - 1/2) / s^2`` is linear)."""
-    total = count * prop.mu + prop.s * math.sqrt(count) * fam_mod.normal(key, (size,))
-    ell = fam.sign * (total - 0.5 * count) / (prop.s * prop.s)
+    total = count * prop.mu + prop.s * math.sqrt(count) * prop_mod.normal(key, (size,))
+    ell = law.sign * (total - 0.5 * count) / (prop.s * prop.s)
     return ell, count * prop.log_m - prop.a * ell
 
 

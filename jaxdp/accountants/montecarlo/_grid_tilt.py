@@ -8,20 +8,12 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.numerics import argmax
 
 #: equal cells of a tabulated loss tilt, and the fine grid its range and the saddle points are found on
 GRID_CELLS = 4096
 _FINE = 16384
-
-
-def _tilt_range(fam, t):
-    """An interval of outputs holding the loss tilt ``P_t(x) ~ P(x) e^{t L(x)}`` (as :func:`_families.loss_tilt`)."""
-    if isinstance(fam, fam_mod.LaplaceFamily):
-        return 1.0 - 45.0 * fam.b, 1.0 + 45.0 * fam.b
-    cmax = jnp.max(jnp.abs(jnp.concatenate([fam.c, fam.rc])))
-    return -(1.0 + t) * cmax - 16.0 * fam.s, (1.0 + t) * cmax + 16.0 * fam.s
 
 
 class GridTilts(NamedTuple):
@@ -71,12 +63,12 @@ def _alias_table(p):
     return jnp.clip(keep, 0.0, 1.0), alias.astype(jnp.int32)
 
 
-def _grid_tilt(fam, t):
+def _grid_tilt(law, t):
     """One row of :class:`GridTilts` for the loss tilt ``t``."""
-    lo0, hi0 = _tilt_range(fam, t)
+    lo0, hi0 = law.loss_tilt_window(t)
 
     def log_dens(x):
-        v = fam_mod.log_density(fam, x) + t * fam_mod.loss(fam, x)
+        v = law.log_density(x) + t * law.loss(x)
         return jnp.where(jnp.isfinite(v), v, -jnp.inf)
 
     fine = lo0 + (hi0 - lo0) * jnp.arange(_FINE + 1) / _FINE
@@ -104,15 +96,15 @@ def _grid_tilt(fam, t):
     return GridTilts(lo, dx, jnp.log(jnp.maximum(cell, 1e-300)), jnp.log(tail), rate, keep_p, alias)
 
 
-def grid_tilts(fam, ts):
-    return jax.lax.stop_gradient(jax.vmap(lambda t: _grid_tilt(fam, t))(ts))
+def grid_tilts(law, ts):
+    return jax.lax.stop_gradient(jax.vmap(lambda t: _grid_tilt(law, t))(ts))
 
 
 def _grid_draw(tab, row, key, shape):
     """Outputs from row ``row`` (one per output) of ``tab``: an alias-method draw of the cell (or tail), then a
     uniform place in the cell (an exponential distance in a tail), all from one 53-bit uniform."""
     m = GRID_CELLS + 2
-    um = fam_mod.uniform(key, shape) * m
+    um = prop_mod.uniform(key, shape) * m
     j = jnp.minimum(jnp.floor(um).astype(jnp.int32), m - 1)
     r = um - j
     flat = row * m + j

@@ -44,15 +44,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.accountants.montecarlo import _engine
-from jaxdp.accountants.montecarlo import _families as fam_mod
+from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.accountants.montecarlo._estimate import _check_common, _z, parts_of
 from jaxdp.accountants.montecarlo._grid_tilt import (
     _FINE,
     _grid_draw,
     _grid_log_density,
-    _tilt_range,
     grid_tilts,
 )
+from jaxdp.mechanisms import LaplaceLaw
 from jaxdp.numerics import bisect, float64_entry, logsumexp, pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
@@ -107,20 +107,16 @@ def anchors(max_steps: int) -> tuple[int, ...]:
 
 
 # -- the tilts ------------------------------------------------------------------------------------
-def _jump_epsilons(fam, log_delta, ks):
+def _jump_epsilons(law, log_delta, ks):
     """``eps_1(delta / k)`` at the step counts ``ks``: epsilon of one step at ``delta / k``, the composition's
     epsilon where delta comes from one large step (a union bound over the steps).  ``log delta_1(eps)`` by a
     Riemann sum over a fine grid of outputs on a log-spaced epsilon grid: a guide for the tilts, not an
     estimate."""
-    if isinstance(fam, fam_mod.LaplaceFamily):
-        lo, hi = 1.0 - 60.0 * fam.b, 1.0 + 60.0 * fam.b
-    else:
-        cmax = jnp.max(jnp.abs(jnp.concatenate([fam.c, fam.rc])))
-        lo, hi = -cmax - 40.0 * fam.s, 2.0 * cmax + 40.0 * fam.s
+    lo, hi = law.guide_window()
     dx = (hi - lo) / _X_GRID
     x = lo + dx * (jnp.arange(_X_GRID) + 0.5)
-    log_p = fam_mod.log_density(fam, x) + jnp.log(dx)
-    ell = fam_mod.loss(fam, x)
+    log_p = law.log_density(x) + jnp.log(dx)
+    ell = law.loss(x)
     top = jnp.clip(jnp.max(ell), 1e-3, 100.0)
     grid = jnp.concatenate([jnp.zeros(1), top * jnp.geomspace(1e-5, 1.0, _EPS_GRID - 1)])
     ld = jax.vmap(lambda e: logsumexp(log_p + _engine.log_h(ell, e)))(grid)
@@ -128,14 +124,14 @@ def _jump_epsilons(fam, log_delta, ks):
     return jnp.interp(log_delta - jnp.log(ks), ld[::-1], grid[::-1])
 
 
-def _loss_cgf(fam, t):
+def _loss_cgf(law, t):
     """``(K, K', K'')`` of one step's privacy loss at ``t`` by a Riemann sum over outputs (no quadrature rule to
     compile: a guide for the tilts)."""
-    lo, hi = _tilt_range(fam, t)
+    lo, hi = law.loss_tilt_window(t)
     dx = (hi - lo) / _FINE
     x = lo + dx * (jnp.arange(_FINE) + 0.5)
-    ell = fam_mod.loss(fam, x)
-    a = fam_mod.log_density(fam, x) + t * ell + jnp.log(dx)
+    ell = law.loss(x)
+    a = law.log_density(x) + t * ell + jnp.log(dx)
     a = jnp.where(jnp.isfinite(a), a, -jnp.inf)
     k0 = logsumexp(a)
     w = jnp.exp(a - k0)
@@ -143,13 +139,13 @@ def _loss_cgf(fam, t):
     return k0, k1, jnp.sum(w * (ell - k1) ** 2)
 
 
-def _saddle_tilts(fam, log_delta, steps):
+def _saddle_tilts(law, log_delta, steps):
     """The loss tilts ``t*`` of the saddle-point approximation of ``delta = e^{log_delta}`` after ``steps`` steps
     (``eps = b K'(t) - 1/t - 1/(1+t)``, ``log delta = b K(t) - t eps - log(t (1+t)) - log(2 pi b K''(t)) / 2``;
     bisection on ``log t`` within ``[1e-4, 1e3]``)."""
 
     def log_delta_at(b, t):
-        k0, k1, k2 = _loss_cgf(fam, t)
+        k0, k1, k2 = _loss_cgf(law, t)
         eps = b * k1 - 1.0 / t - 1.0 / (1.0 + t)
         return b * k0 - t * eps - jnp.log(t * (1.0 + t)) - 0.5 * jnp.log(2.0 * math.pi * jnp.maximum(b * k2, 1e-300))
 
@@ -165,7 +161,7 @@ def _saddle_tilts(fam, log_delta, steps):
 
 def _plan(mech, direction, log_delta, max_steps, estimator):
     """The mixture: ``(theta_one (K,), log_m_one (K,), log_pi (K,), tables (GridTilts, G rows), log_a (1 + G,))``."""
-    fam = fam_mod.family(mech, direction)
+    law = mech.output_law(direction)
     k = max_steps
     js = np.arange(1, k + 1, dtype=np.float64)
     log_pi = jnp.asarray(-np.log(js) - np.log(np.sum(1.0 / js)))
@@ -174,11 +170,11 @@ def _plan(mech, direction, log_delta, max_steps, estimator):
         return z, z, log_pi, None, jnp.zeros(1)
     # one-step tilts: solved on ~64 log-spaced step counts, interpolated in log k
     knots = np.unique(np.round(np.geomspace(1, k, 64)))
-    thetas = jax.vmap(lambda t: fam_mod.solve_theta(fam, t))(_jump_epsilons(fam, log_delta, jnp.asarray(knots)))
+    thetas = jax.vmap(lambda t: prop_mod.solve_theta(law, t))(_jump_epsilons(law, log_delta, jnp.asarray(knots)))
     theta_one = jnp.interp(jnp.log(jnp.asarray(js)), jnp.log(jnp.asarray(knots)), thetas)
-    log_m_one = jax.vmap(lambda t: fam_mod.log_mgf(fam, t))(theta_one)
+    log_m_one = jax.vmap(lambda t: law.log_mgf(t))(theta_one)
     steps = anchors(k)
-    tables = grid_tilts(fam, _saddle_tilts(fam, log_delta, jnp.asarray(steps, jnp.float64)))
+    tables = grid_tilts(law, _saddle_tilts(law, log_delta, jnp.asarray(steps, jnp.float64)))
     g = len(steps)
     log_a = jnp.asarray([math.log(ONE_SHARE)] + [math.log((1.0 - ONE_SHARE) / g)] * g)
     return jax.lax.stop_gradient(theta_one), jax.lax.stop_gradient(log_m_one), log_pi, tables, log_a
@@ -194,28 +190,28 @@ def _counts(num_samples, num_components):
     return (n0, *(rest // g + (1 if i < rest % g else 0) for i in range(g)))
 
 
-def _draw_x_tilt(fam, theta, key, shape):
+def _draw_x_tilt(law, theta, key, shape):
     """Outputs from the exponential tilt ``e^{theta x} P(x) / M(theta)``, ``theta`` one per output."""
     k_choice, k_cont = jax.random.split(key)
-    if isinstance(fam, fam_mod.LaplaceFamily):
-        b = fam.b
-        right = fam_mod.uniform(k_choice, shape) < 0.5 * (1.0 + b * theta)
+    if isinstance(law, LaplaceLaw):
+        b = law.b
+        right = prop_mod.uniform(k_choice, shape) < 0.5 * (1.0 + b * theta)
         rate = jnp.where(right, 1.0 / b - theta, 1.0 / b + theta)
-        return 1.0 + jnp.where(right, 1.0, -1.0) * fam_mod.exponential(k_cont, shape) / rate
-    z = fam_mod.normal(k_cont, shape)
-    s2 = fam.s * fam.s
-    j = fam.c.shape[0]
+        return 1.0 + jnp.where(right, 1.0, -1.0) * prop_mod.exponential(k_cont, shape) / rate
+    z = prop_mod.normal(k_cont, shape)
+    s2 = law.s * law.s
+    j = law.c.shape[0]
     if j == 1:
-        mean = fam.c[0]
+        mean = law.c[0]
     elif j == 2:
-        logit = fam.log_p[1] - fam.log_p[0] + theta * (fam.c[1] - fam.c[0])
-        mean = jnp.where(fam_mod.uniform(k_choice, shape) < jax.nn.sigmoid(logit), fam.c[1], fam.c[0])
+        logit = law.log_p[1] - law.log_p[0] + theta * (law.c[1] - law.c[0])
+        mean = jnp.where(prop_mod.uniform(k_choice, shape) < jax.nn.sigmoid(logit), law.c[1], law.c[0])
     else:
-        logits = fam.log_p + theta[..., None] * fam.c
+        logits = law.log_p + theta[..., None] * law.c
         cum = jnp.cumsum(jax.nn.softmax(logits, axis=-1), axis=-1)
-        u = fam_mod.uniform(k_choice, shape)
-        mean = fam.c[jnp.minimum(jnp.sum(cum <= u[..., None], axis=-1), j - 1)]
-    return mean + theta * s2 + fam.s * z
+        u = prop_mod.uniform(k_choice, shape)
+        mean = law.c[jnp.minimum(jnp.sum(cum <= u[..., None], axis=-1), j - 1)]
+    return mean + theta * s2 + law.s * z
 
 
 # -- the estimate at one step ----------------------------------------------------------------------
@@ -254,7 +250,7 @@ def _solve(loss, w, v, log_delta, start, hi, n):
 
 def _direction_curve(mech, direction, key, log_delta, z, *, max_steps, estimator, num_samples):
     """``(K, 5)``: epsilon, stderr, ci_low, ci_high, refused (1.0) after each step, one direction."""
-    fam = fam_mod.family(mech, direction)
+    law = mech.output_law(direction)
     theta_one, log_m_one, log_pi, tables, _ = _plan(mech, direction, log_delta, max_steps, estimator)
     simple = tables is None
     g = 0 if simple else tables.lo.shape[0]
@@ -270,7 +266,7 @@ def _direction_curve(mech, direction, key, log_delta, z, *, max_steps, estimator
     n0 = counts[0]
     # one-step component: the tilted step J ~ pi (inverse CDF); other components: J = K (never)
     cdf = jnp.cumsum(jnp.exp(log_pi))
-    u = fam_mod.uniform(jax.random.fold_in(key, 1_000_003), (n,))
+    u = prop_mod.uniform(jax.random.fold_in(key, 1_000_003), (n,))
     pick = jnp.minimum(jnp.searchsorted(cdf, u * cdf[-1], side="right"), max_steps - 1)
     pick = jnp.where(comp == 0, pick, max_steps)
     log_rest = jnp.log(jnp.maximum(1.0 - cdf / cdf[-1], 0.0))  # log (1 - Pi_k)
@@ -279,14 +275,14 @@ def _direction_curve(mech, direction, key, log_delta, z, *, max_steps, estimator
         loss, acc, log_s, prev = carry
         kk = jax.random.fold_in(key, k)
         if simple:
-            x = _draw_x_tilt(fam, jnp.zeros(n), kk, (n,))
-            ell = fam_mod.loss(fam, x)
+            x = _draw_x_tilt(law, jnp.zeros(n), kk, (n,))
+            ell = law.loss(x)
             log_w = jnp.zeros(n)
         else:
             k1, k2 = jax.random.split(kk)
             theta = jnp.where(pick[:n0] == k, theta_one[k], 0.0)
-            x = jnp.concatenate([_draw_x_tilt(fam, theta, k1, (n0,)), _grid_draw(tables, row[n0:], k2, (n - n0,))])
-            ell, log_p = fam_mod.loss_and_log_density(fam, x)
+            x = jnp.concatenate([_draw_x_tilt(law, theta, k1, (n0,)), _grid_draw(tables, row[n0:], k2, (n - n0,))])
+            ell, log_p = law.loss_and_log_density(x)
             acc = acc + _grid_log_density(tables, x) - log_p[None, :]
             log_s = jnp.logaddexp(log_s, log_pi[k] + theta_one[k] * x - log_m_one[k])
             terms = [jnp.logaddexp(log_rest[k], log_s) + log_a[0]] + [acc[i] + log_a[i + 1] for i in range(g)]
@@ -321,18 +317,6 @@ def _direction_curve(mech, direction, key, log_delta, z, *, max_steps, estimator
     return out
 
 
-def _max_step_loss(fam):
-    """The largest privacy loss of one step (on a wide grid of outputs; ``inf`` where the loss is unbounded)."""
-    if isinstance(fam, fam_mod.LaplaceFamily):
-        return 1.0 / fam.b
-    cmax = jnp.max(jnp.abs(jnp.concatenate([fam.c, fam.rc])))
-    x = jnp.linspace(-cmax - 60.0 * fam.s, 2.0 * cmax + 60.0 * fam.s, _X_GRID)
-    ell = fam_mod.loss(fam, x)
-    # unbounded where the loss still grows at the grid's ends
-    grows = (ell[-1] > ell[-2] + 1e-9) | (ell[0] > ell[1] + 1e-9)
-    return jnp.where(grows, jnp.inf, jnp.max(ell) * (1.0 + 1e-9) + 1e-12)
-
-
 def _combine(a, b, bound_a, bound_b):
     """The larger epsilon of two directions, step by step.  A refusal in one direction refuses the step unless
     that direction's epsilon cannot exceed the other's interval (its losses are bounded: ``bound``)."""
@@ -361,7 +345,7 @@ def _online_impl(mech, key_data, log_delta, *, max_steps, directions, estimator,
             estimator=estimator,
             num_samples=num_samples,
         )
-        b = steps * _max_step_loss(fam_mod.family(mech, d))  # L_k <= k max loss: epsilon below it
+        b = steps * mech.max_privacy_loss(d)  # L_k <= k max loss: epsilon below it
         if worst is None:
             worst, bound = out, b
         else:

@@ -1,21 +1,11 @@
-"""Per-step output laws under ``P``, their exponential tilts in the output ``x``, and the privacy loss.
+"""The proposals a sampler draws one step from: exponential tilts of the step's output law (the mechanism's
+:meth:`~jaxdp.mechanisms.AbstractMechanism.output_law`, a ``GaussianMixtureLaw`` or a ``LaplaceLaw``) in the
+output ``x``, and tabulated tilts in the privacy loss.
 
-Every supported step is one of two *families*:
-
-* ``GaussianFamily``: ``P`` is a mixture of Gaussians ``sum_j p_j N(c_j, s^2)`` (the Gaussian
-  mechanism, mixtures of Gaussians and the Poisson-subsampled Gaussian; under ``"add"`` ``P`` is
-  ``N(0, s^2)`` and the mixture sits in ``Q``).  The loss is ``sign * log R(x)`` with
-  ``R(x) = sum_j r_j exp((c_j x - c_j^2 / 2) / s^2)``.  Its tilt ``P_theta(x) ~ e^{theta x} P(x)``
-  is again such a mixture: means ``c_j + theta s^2``, weights ``p_j e^{theta c_j}``,
-  ``log M(theta) = logsumexp(log p_j + theta c_j) + theta^2 s^2 / 2``.
-* ``LaplaceFamily``: ``P = Lap(1, b)``, loss ``(|x| - |x - 1|) / b``; its tilt (``|theta| < 1/b``)
-  puts ``x`` right of 1 with probability ``(1 + b theta) / 2`` at an ``Exp(1/b - theta)`` distance
-  and left of it at an ``Exp(1/b + theta)`` distance; ``log M(theta) = theta - log(1 - b^2 theta^2)``.
-
-Sampling returns the output, its loss, ``theta x - log M(theta)`` (the log of the tilted density over
-``P``) and the log-probability of the discrete choice made (a mixture component or a side), whose
-derivative is the likelihood-ratio term of the gradient estimator (the continuous part is
-reparameterised: ``x = mean + s z``).
+Sampling returns the output; its log density under the proposal is ``theta x - log M(theta)`` over ``P`` for an
+exponential tilt, or the tabulated cell's for a table.  The continuous part of a draw is reparameterised
+(``x = mean + s z``), so the derivative of a sample in the mechanism's parameters flows through the draw, and the
+discrete choice (a mixture component or a side) enters the gradient as a likelihood-ratio term.
 """
 
 from __future__ import annotations
@@ -25,125 +15,28 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from jaxdp.mechanisms import Gaussian, Laplace, MixtureMechanism
-from jaxdp.numerics import bisect, logsumexp
-
-# Gauss-Hermite rule for E[f(m + s Z)] (the tilted mean of the loss; the loss is smooth)
-_GH_X, _GH_W = np.polynomial.hermite.hermgauss(80)
-_GH_X = _GH_X * math.sqrt(2.0)
-_GH_W = _GH_W / math.sqrt(math.pi)
-
-
-class GaussianFamily(NamedTuple):
-    log_p: jax.Array  # (J,) log weights of P's components
-    c: jax.Array  # (J,) their means
-    log_r: jax.Array  # (K,) log weights of R's components
-    rc: jax.Array  # (K,) their sensitivities
-    s: jax.Array  # noise scale
-    sign: float  # +1 remove, -1 add
-
-
-class LaplaceFamily(NamedTuple):
-    b: jax.Array
+from jaxdp.mechanisms import AbstractMechanism, LaplaceLaw
+from jaxdp.mechanisms.internal import gauss_mixture_log_density
+from jaxdp.numerics import bisect
 
 
 def supported(mech) -> bool:
-    return isinstance(mech, (Gaussian, Laplace, MixtureMechanism))
+    """Has ``mech`` an output law to sample (:meth:`~jaxdp.mechanisms.AbstractMechanism.output_law`)?"""
+    return type(mech).output_law is not AbstractMechanism.output_law
 
 
-def family(mech, direction: str):
-    """The family of one step of ``mech`` under ``direction`` (``"remove"`` or ``"add"``)."""
-    if isinstance(mech, Laplace):
-        return LaplaceFamily(jnp.asarray(mech.noise_multiplier, jnp.float64))
-    if isinstance(mech, Gaussian):
-        s = jnp.asarray(mech.noise_multiplier, jnp.float64)
-        log_p, c = jnp.zeros(1), jnp.ones(1)
-    elif isinstance(mech, MixtureMechanism):
-        log_p, c, s = mech.mixture()
-    else:  # pragma: no cover - guarded by supported()
-        raise TypeError(type(mech).__name__)
-    if direction == "remove":
-        return GaussianFamily(log_p, c, log_p, c, s, 1.0)
-    return GaussianFamily(jnp.zeros(1), jnp.zeros(1), log_p, c, s, -1.0)
-
-
-def loss(fam, x):
-    if isinstance(fam, LaplaceFamily):
-        return (jnp.abs(x) - jnp.abs(x - 1.0)) / fam.b
-    s2 = fam.s * fam.s
-    k = fam.rc.shape[0]
-    if k == 1:
-        log_r = fam.log_r[0] + (fam.rc[0] * x - 0.5 * fam.rc[0] ** 2) / s2
-    elif k == 2:
-        a = fam.log_r[0] + (fam.rc[0] * x - 0.5 * fam.rc[0] ** 2) / s2
-        b = fam.log_r[1] + (fam.rc[1] * x - 0.5 * fam.rc[1] ** 2) / s2
-        log_r = jnp.logaddexp(a, b)
-    else:
-        terms = fam.log_r + (fam.rc * x[..., None] - 0.5 * fam.rc**2) / s2
-        log_r = logsumexp(terms, axis=-1)
-    return fam.sign * log_r
-
-
-def loss_and_log_density(fam, x):
-    """``(loss(fam, x), log_density(fam, x))`` sharing one evaluation of ``log R(x)``.
-
-    Under ``"remove"`` ``P(x) = N(x; 0, s^2) R(x) / sum_j p_j`` (``P``'s components are ``R``'s), under
-    ``"add"`` ``P = N(0, s^2)``: the log density is the Gaussian's plus the loss (remove) or the Gaussian's
-    alone (add), so the hot loop pays for one log-sum-exp a step instead of two.
-    """
-    ell = loss(fam, x)
-    if isinstance(fam, LaplaceFamily):
-        return ell, log_density(fam, x)
-    log_phi = -0.5 * (x / fam.s) ** 2 - jnp.log(fam.s) - 0.5 * math.log(2.0 * math.pi)
-    if fam.sign > 0:
-        return ell, log_phi + ell - logsumexp(fam.log_p)
-    return ell, log_phi
-
-
-def log_mgf(fam, theta):
-    """``log E_P[e^{theta x}]``."""
-    if isinstance(fam, LaplaceFamily):
-        bt = fam.b * theta
-        return theta - jnp.log1p(-bt * bt)
-    return logsumexp(fam.log_p + theta * fam.c) + 0.5 * theta * theta * fam.s * fam.s
-
-
-def theta_range(fam):
-    """The open interval of tilts with a finite moment generating function (a safe part of it)."""
-    if isinstance(fam, LaplaceFamily):
-        return -0.95 / fam.b, 0.95 / fam.b
-    big = 60.0 / (fam.s * fam.s) + 60.0 / fam.s
-    return -big, big
-
-
-def tilted_mean_loss(fam, theta):
-    """``E[L]`` under the tilted law ``P_theta``."""
-    if isinstance(fam, LaplaceFamily):
-        b = fam.b
-        p_right = 0.5 * (1.0 + b * theta)
-        r = 1.0 / b + theta
-        em = jnp.exp(-r)
-        left = ((1.0 - em) - 2.0 * (1.0 - em * (1.0 + r)) / r - em) / b
-        return p_right / b + (1.0 - p_right) * left
-    w = jax.nn.softmax(fam.log_p + theta * fam.c)
-    means = fam.c + theta * fam.s * fam.s
-    x = means[:, None] + fam.s * _GH_X[None, :]
-    return jnp.sum(w[:, None] * _GH_W[None, :] * loss(fam, x))
-
-
-def solve_theta(fam, target):
+def solve_theta(law, target):
     """The tilt whose tilted mean loss is ``target`` (clipped to the allowed range; 0 below the untilted
     mean).  The mean loss increases with ``theta`` under ``"remove"`` and decreases under ``"add"``."""
-    lo, hi = theta_range(fam)
-    sign = 1.0 if isinstance(fam, LaplaceFamily) else fam.sign
+    lo, hi = law.theta_range()
+    sign = 1.0 if isinstance(law, LaplaceLaw) else law.sign
     # g(u) = mean(sign * u) - target increases with u = sign * theta: bisect on u
     a = jnp.zeros_like(target)
     b = jnp.where(sign > 0, hi, -lo) + 0.0 * target
 
     def g(u):
-        return tilted_mean_loss(fam, sign * u) - target
+        return law.tilted_mean_loss(sign * u) - target
 
     a, b = bisect(lambda m: g(m) < 0, a, b, 80)
     u = jnp.where(g(jnp.zeros_like(target)) >= 0, 0.0, 0.5 * (a + b))
@@ -201,21 +94,21 @@ def _sg(tree):
     return jax.tree.map(jax.lax.stop_gradient, tree)
 
 
-def untilted(fam):
+def untilted(law):
     """``P`` itself as a fixed proposal."""
-    if isinstance(fam, LaplaceFamily):
-        return _sg(LaplaceProposal(jnp.zeros(()), fam.b))
+    if isinstance(law, LaplaceLaw):
+        return _sg(LaplaceProposal(jnp.zeros(()), law.b))
     zero = jnp.zeros((), jnp.float64)
-    return _sg(GaussProposal(fam.log_p, fam.c, fam.s, zero, zero))
+    return _sg(GaussProposal(law.log_p, law.c, law.s, zero, zero))
 
 
-def x_tilt(fam, theta):
+def x_tilt(law, theta):
     """The exponential tilt of ``P`` in the output, ``P_theta(x) ~ e^{theta x} P(x)``."""
-    if isinstance(fam, LaplaceFamily):
-        return _sg(LaplaceProposal(theta, fam.b))
+    if isinstance(law, LaplaceLaw):
+        return _sg(LaplaceProposal(theta, law.b))
     theta = jnp.asarray(theta, jnp.float64)
-    log_pi = jax.nn.log_softmax(fam.log_p + theta * fam.c)
-    return _sg(GaussProposal(log_pi, fam.c + theta * fam.s**2, fam.s, theta, log_mgf(fam, theta)))
+    log_pi = jax.nn.log_softmax(law.log_p + theta * law.c)
+    return _sg(GaussProposal(log_pi, law.c + theta * law.s**2, law.s, theta, law.log_mgf(theta)))
 
 
 #: equal-probability cells of a tabulated tilt, and the fine grid its CDF is built on
@@ -233,20 +126,15 @@ class TableProposal(NamedTuple):
     log_width: jax.Array  # (TABLE_CELLS,) log width of each inner cell (entries 0 and M-1 unused)
 
 
-def loss_tilt(fam, t):
+def loss_tilt(law, t):
     """The privacy-loss tilt ``P_t(x) ~ P(x) e^{t L(x)}`` tabulated by its quantiles: sampled in O(1) by
     inverse CDF (exact for the tabulated density, which is the proposal; the weights use it exactly)."""
-    fam = _sg(fam)
+    law = _sg(law)
     t = jax.lax.stop_gradient(t)
-    if isinstance(fam, LaplaceFamily):
-        lo, hi = 1.0 - 45.0 * fam.b, 1.0 + 45.0 * fam.b
-    else:
-        cmax = jnp.max(jnp.abs(jnp.concatenate([fam.c, fam.rc])))
-        lo = -(1.0 + t) * cmax - 16.0 * fam.s
-        hi = (1.0 + t) * cmax + 16.0 * fam.s
+    lo, hi = law.loss_tilt_window(t)
     dx = (hi - lo) / _FINE
     mid = lo + dx * (jnp.arange(_FINE) + 0.5)
-    log_dens = log_density(fam, mid) + t * loss(fam, mid)
+    log_dens = law.log_density(mid) + t * law.loss(mid)
     log_dens = jnp.where(jnp.isfinite(log_dens), log_dens, -jnp.inf)
     mass = jnp.exp(log_dens - jnp.max(log_dens))
     cdf = jnp.concatenate([jnp.zeros(1), jnp.cumsum(mass)])
@@ -281,30 +169,12 @@ def _table_draw(prop, key, shape):
     return x, log_g
 
 
-def _gauss_log_density(log_w, mu, s, x):
-    """``log sum_j w_j N(x; mu_j, s^2)`` (``log_w`` normalised)."""
-    const = -jnp.log(s) - 0.5 * math.log(2.0 * math.pi)
-    j = mu.shape[0]
-    if j == 1:
-        return log_w[0] - 0.5 * ((x - mu[0]) / s) ** 2 + const
-    if j == 2:
-        return jnp.logaddexp(log_w[0] - 0.5 * ((x - mu[0]) / s) ** 2, log_w[1] - 0.5 * ((x - mu[1]) / s) ** 2) + const
-    return logsumexp(log_w - 0.5 * ((x[..., None] - mu) / s) ** 2, axis=-1) + const
-
-
-def log_density(fam, x):
-    """``log P(x)`` (live parameters: its derivative is the likelihood-ratio term)."""
-    if isinstance(fam, LaplaceFamily):
-        return -jnp.abs(x - 1.0) / fam.b - jnp.log(2.0 * fam.b)
-    return _gauss_log_density(jax.nn.log_softmax(fam.log_p), fam.c, fam.s, x)
-
-
 def proposal_log_density(prop, x):
     if isinstance(prop, LaplaceProposal):
         bt = prop.b * prop.theta
         log_m = prop.theta - jnp.log1p(-bt * bt)
         return prop.theta * x - log_m - jnp.abs(x - 1.0) / prop.b - jnp.log(2.0 * prop.b)
-    return _gauss_log_density(prop.log_pi, prop.mu, prop.s, x)
+    return gauss_mixture_log_density(prop.log_pi, prop.mu, prop.s, x)
 
 
 def draw_with_density(prop, key, shape):
