@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from jaxdp.mechanisms import Composition, MixtureMechanism, by_direction
 from jaxdp.mechanisms.internal import component_posterior, is_stacked, mixture_rule, scan_stack
 from jaxdp.numerics import (
+    bisect,
     log_ndtr,
     log_sub_exp,
     nufft1,
@@ -124,6 +125,27 @@ def saddle_point(comp: Composition, direction: str, epsilon):
         return solve_saddle_point(lambda t: k012(comp_c, direction, t)[1:], eps_c, x0, lo, hi)
 
     return jnp.exp(solve_decreasing(h, lo, hi, x0=u0, solver=solver))
+
+
+def leading_on_curve(k0, k1, k2, t):
+    """``(eps(t), log delta)`` of the leading saddle-point term at the curve's point ``t``:
+    ``log delta ~ K - t eps - log(t (1 + t)) - log(2 pi K'') / 2``.  Not a bound (:func:`log_deltas` is): the
+    guide a sampler centres its tilts and epsilon grid on."""
+    eps = k1 - 1.0 / t - 1.0 / (1.0 + t)
+    return eps, k0 - t * eps - jnp.log(t * (1.0 + t)) - 0.5 * jnp.log(2.0 * math.pi * jnp.maximum(k2, 1e-300))
+
+
+def tilt_for_log_delta(k012_at, log_delta, lo, hi, iterations):
+    """The curve's ``t`` where :func:`leading_on_curve`'s ``log delta`` is ``log_delta``: the saddle point of a
+    fixed delta, for samplers (``k012_at(t) -> (K, K', K'')``).  A fixed number of bisections in ``log t`` on
+    ``[lo, hi]`` (the leading term decreases with ``t``), robust where ``K`` is a rough grid sum; no derivative."""
+
+    def root_above(m):
+        t = jnp.exp(m)
+        return ~(leading_on_curve(*k012_at(t), t)[1] < log_delta)
+
+    a, b = bisect(root_above, jnp.asarray(lo), jnp.asarray(hi), iterations)
+    return jnp.exp(0.5 * (a + b))
 
 
 def log_deltas(k0, k1, k2, t, epsilon):

@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from jaxdp.accountants import _cgf
 from jaxdp.accountants.montecarlo import _engine, _exact_tilt
 from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.mechanisms import as_composition
-from jaxdp.numerics import argmax, bisect, float64_entry, float64_scope, pytree_dataclass, to_f64
+from jaxdp.numerics import argmax, float64_entry, float64_scope, pytree_dataclass, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["MonteCarloEstimate", "montecarlo_delta", "montecarlo_epsilon"]
@@ -99,11 +100,8 @@ def raw_key(key):
 
 # -- saddle-point starting values (the tilt and the epsilon grid are centred on them) --------------
 def _approx_at_t(parts, direction, t):
-    """(eps, log delta) of the Lugannani-Rice-like saddle-point approximation at tilt ``t``."""
-    k0, k1, k2 = _engine.k012(parts, direction, t)
-    eps = k1 - 1.0 / t - 1.0 / (1.0 + t)
-    log_delta = k0 - t * eps - jnp.log(t * (1.0 + t)) - 0.5 * jnp.log(2.0 * math.pi * jnp.maximum(k2, 1e-300))
-    return eps, log_delta
+    """(eps, log delta) of the leading saddle-point term at tilt ``t``."""
+    return _cgf.leading_on_curve(*_engine.k012(parts, direction, t), t)
 
 
 def approx_log_delta(parts, direction, eps):
@@ -112,13 +110,11 @@ def approx_log_delta(parts, direction, eps):
 
 
 def approx_epsilon(parts, direction, log_delta):
-    """Saddle-point epsilon for ``log_delta`` (bisection on the tilt; ``>= 0``)."""
-
-    def root_above(m):  # log delta decreases with t
-        return ~(_approx_at_t(parts, direction, jnp.exp(m))[1] < log_delta)
-
-    a, b = bisect(root_above, jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e4)), 60)
-    eps, _ = _approx_at_t(parts, direction, jnp.exp(0.5 * (a + b)))
+    """Saddle-point epsilon for ``log_delta`` (``>= 0``)."""
+    t = _cgf.tilt_for_log_delta(
+        lambda t: _engine.k012(parts, direction, t), log_delta, math.log(1e-4), math.log(1e4), 60
+    )
+    eps, _ = _approx_at_t(parts, direction, t)
     return jax.lax.stop_gradient(jnp.maximum(jnp.nan_to_num(eps, nan=0.0), 0.0))
 
 

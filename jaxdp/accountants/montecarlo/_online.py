@@ -43,6 +43,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxdp.accountants import _cgf
 from jaxdp.accountants.montecarlo import _engine
 from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.accountants.montecarlo._estimate import _check_common, _z, parts_of
@@ -53,7 +54,7 @@ from jaxdp.accountants.montecarlo._grid_tilt import (
     grid_tilts,
 )
 from jaxdp.mechanisms import LaplaceLaw
-from jaxdp.numerics import bisect, float64_entry, logsumexp, pytree_dataclass
+from jaxdp.numerics import float64_entry, logsumexp, pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["OnlineCurve", "online_epsilon"]
@@ -141,20 +142,15 @@ def _loss_cgf(law, t):
 
 def _saddle_tilts(law, log_delta, steps):
     """The loss tilts ``t*`` of the saddle-point approximation of ``delta = e^{log_delta}`` after ``steps`` steps
-    (``eps = b K'(t) - 1/t - 1/(1+t)``, ``log delta = b K(t) - t eps - log(t (1+t)) - log(2 pi b K''(t)) / 2``;
-    bisection on ``log t`` within ``[1e-4, 1e3]``)."""
-
-    def log_delta_at(b, t):
-        k0, k1, k2 = _loss_cgf(law, t)
-        eps = b * k1 - 1.0 / t - 1.0 / (1.0 + t)
-        return b * k0 - t * eps - jnp.log(t * (1.0 + t)) - 0.5 * jnp.log(2.0 * math.pi * jnp.maximum(b * k2, 1e-300))
+    (:func:`~jaxdp.accountants._cgf.tilt_for_log_delta` on ``steps`` times one step's grid-sum ``K``, within
+    ``[1e-4, 1e3]``)."""
 
     def one(b):
-        def root_above(m):  # log delta decreases with t
-            return ~(log_delta_at(b, jnp.exp(m)) < log_delta)
+        def k012_at(t):
+            k0, k1, k2 = _loss_cgf(law, t)
+            return b * k0, b * k1, b * k2
 
-        lo, hi = bisect(root_above, jnp.asarray(math.log(1e-4)), jnp.asarray(math.log(1e3)), 50)
-        return jnp.exp(0.5 * (lo + hi))
+        return _cgf.tilt_for_log_delta(k012_at, log_delta, math.log(1e-4), math.log(1e3), 50)
 
     return jnp.nan_to_num(jax.vmap(one)(steps), nan=1.0)
 
