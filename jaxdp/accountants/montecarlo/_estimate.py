@@ -14,7 +14,7 @@ from jaxdp.accountants import _cgf
 from jaxdp.accountants.montecarlo import _engine, _exact_tilt
 from jaxdp.accountants.montecarlo import _proposals as prop_mod
 from jaxdp.mechanisms import as_composition
-from jaxdp.numerics import argmax, float64_entry, float64_scope, pytree_dataclass, to_f64
+from jaxdp.numerics import argmax, bisect, float64_entry, float64_scope, pytree_dataclass, to_f64
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["MonteCarloEstimate", "montecarlo_delta", "montecarlo_epsilon"]
@@ -262,13 +262,7 @@ def _interp_root(grid, log_vals, log_slopes, target):
     def value(s):
         return jnp.where(finite, hermite(s), linear_in_delta(s))
 
-    def body(_, ab):
-        a, b = ab
-        m = 0.5 * (a + b)
-        up = value(m) >= target
-        return jnp.where(up, m, a), jnp.where(up, b, m)
-
-    a, b = jax.lax.fori_loop(0, 50, body, (jnp.asarray(0.0), jnp.asarray(1.0)))
+    a, b = bisect(lambda m: value(m) >= target, jnp.asarray(0.0), jnp.asarray(1.0), 50)
     s = 0.5 * (a + b)
     return jnp.where(ok, x0 + s * h, jnp.nan), jnp.where(ok, k - 1 + s, jnp.nan)
 
