@@ -155,6 +155,30 @@ def test_bracketed_secant_solves_and_differentiates_like_newton():
         assert abs(float(g - fd)) < 1e-6 * abs(float(fd))
 
 
+def test_bracketed_log_newton_finds_the_closed_form_root_where_f_vanishes_past_it():
+    """``log f(x) = log_target`` for ``f(x) = (1 - x)^3_+`` on ``[0, 2]`` (zero on the upper part of the bracket, as a
+    Monte Carlo delta past the largest sampled loss): the root ``1 - target^(1/3)``, from either side."""
+    from jaxdp.numerics import bracketed_log_newton
+
+    with jax.enable_x64(True):
+
+        def value_and_slope(x):
+            r = jnp.maximum(1.0 - x, 0.0)
+            return r**3, -3.0 * r**2
+
+        for target in (0.5, 1e-6, 1e-30):
+            for x0 in (0.0, 0.9, 1.7):
+                x = bracketed_log_newton(
+                    value_and_slope,
+                    jnp.log(target),
+                    jnp.zeros(()),
+                    jnp.asarray(2.0),
+                    jnp.asarray(x0),
+                    max_iterations=60,
+                )
+                assert float(x) == pytest.approx(1.0 - target ** (1.0 / 3.0), rel=1e-10, abs=1e-12)
+
+
 def test_implicit_root_inside_a_scan_that_closes_over_integers():
     """The root's derivative when ``f`` closes over a scan body's integer and float tracers, under grad, jit(grad),
     jvp and vmap: the rule is traced again for the scan's JVP, so it must hold no tracer of its own (with every

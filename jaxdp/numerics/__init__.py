@@ -31,6 +31,7 @@ from jaxdp.numerics._nufft import SPREAD, nufft1
 from jaxdp.numerics._pytree import pytree_dataclass, traced_once, zeros_of
 from jaxdp.numerics._solvers import (
     bisect,
+    bracketed_log_newton,
     bracketed_newton,
     bracketed_secant,
     minimize_on_grid,
@@ -52,6 +53,7 @@ __all__ = [
     "argmax",
     "argmin",
     "bisect",
+    "bracketed_log_newton",
     "bracketed_newton",
     "bracketed_secant",
     "float64_entry",

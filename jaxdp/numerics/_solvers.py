@@ -21,6 +21,7 @@ from jaxdp.numerics._logspace import argmin, nan_to
 
 __all__ = [
     "bisect",
+    "bracketed_log_newton",
     "bracketed_newton",
     "bracketed_secant",
     "minimize_on_grid",
@@ -46,6 +47,33 @@ def bisect(root_above, a, b, iterations: int):
         return jnp.where(up, m, a), jnp.where(up, b, m)
 
     return jax.lax.fori_loop(0, iterations, body, (a, b))
+
+
+def bracketed_log_newton(value_and_slope, log_target, lo, hi, x0, *, max_iterations: int, xtol=1e-12, btol=1e-13):
+    """``x`` with ``log f(x) = log_target`` for a decreasing ``f >= 0`` on ``[lo, hi]``: Newton on ``log f`` from
+    ``x0`` with the caller's slope (``value_and_slope(x) -> (f, f')``: a sum over samples gives both in one pass,
+    no derivative traced), a bisection where a step leaves the bracket or ``f`` is 0.  Stops after
+    ``max_iterations``, or where the step is below ``xtol`` or the bracket below ``btol`` (relative to
+    ``1 + x``).  Returns the last iterate."""
+
+    def body(state):
+        i, a, b, x, _ = state
+        s, ds = value_and_slope(x)
+        above = s >= jnp.exp(log_target)
+        a = jnp.where(above, x, a)
+        b = jnp.where(above, b, x)
+        step = (jnp.log(jnp.maximum(s, 1e-300)) - log_target) / jnp.where(ds < 0, ds / jnp.maximum(s, 1e-300), -1.0)
+        x_new = x - step
+        ok = (s > 0) & jnp.isfinite(x_new) & (x_new > a) & (x_new < b)
+        x_next = jnp.where(ok, x_new, 0.5 * (a + b))
+        return i + 1, a, b, x_next, jnp.abs(x_next - x)
+
+    def more(state):
+        i, a, b, x, moved = state
+        return (i < max_iterations) & (moved > xtol * (1.0 + x)) & (b - a > btol * (1.0 + x))
+
+    init = (0, lo, hi, jnp.clip(x0, lo, hi), jnp.asarray(jnp.inf))
+    return jax.lax.while_loop(more, body, init)[3]
 
 
 def bracketed_newton(

@@ -54,7 +54,7 @@ from jaxdp.accountants.montecarlo._grid_tilt import (
     grid_tilts,
 )
 from jaxdp.mechanisms import LaplaceLaw
-from jaxdp.numerics import float64_entry, logsumexp, pytree_dataclass
+from jaxdp.numerics import bracketed_log_newton, float64_entry, logsumexp, pytree_dataclass
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["OnlineCurve", "online_epsilon"]
@@ -221,27 +221,11 @@ def _stats(loss, w, v, eps, n):
 
 
 def _solve(loss, w, v, log_delta, start, hi, n):
-    """epsilon with ``log S(eps) = log_delta``: bracketed Newton on ``log S`` from ``start`` (bisection where a
-    Newton step leaves the bracket), until the step is below ``1e-12`` or ``MAX_SOLVE`` iterations."""
-
-    def body(state):
-        i, a, b, x, _ = state
-        s, ds, _ = _stats(loss, w, v, x, n)
-        above = s >= jnp.exp(log_delta)
-        a = jnp.where(above, x, a)
-        b = jnp.where(above, b, x)
-        step = (jnp.log(jnp.maximum(s, 1e-300)) - log_delta) / jnp.where(ds < 0, ds / jnp.maximum(s, 1e-300), -1.0)
-        x_new = x - step
-        ok = (s > 0) & jnp.isfinite(x_new) & (x_new > a) & (x_new < b)
-        x_next = jnp.where(ok, x_new, 0.5 * (a + b))
-        return i + 1, a, b, x_next, jnp.abs(x_next - x)
-
-    def more(state):
-        i, a, b, x, moved = state
-        return (i < MAX_SOLVE) & (moved > 1e-12 * (1.0 + x)) & (b - a > 1e-13 * (1.0 + x))
-
-    init = (0, jnp.zeros(()), hi, jnp.clip(start, 0.0, hi), jnp.asarray(jnp.inf))
-    return jax.lax.while_loop(more, body, init)[3]
+    """epsilon with ``log S(eps) = log_delta`` on ``[0, hi]`` from ``start`` (``S`` and its slope from one pass over
+    the samples)."""
+    return bracketed_log_newton(
+        lambda x: _stats(loss, w, v, x, n)[:2], log_delta, jnp.zeros(()), hi, start, max_iterations=MAX_SOLVE
+    )
 
 
 def _direction_curve(mech, direction, key, log_delta, z, *, max_steps, estimator, num_samples):
