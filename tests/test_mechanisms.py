@@ -238,3 +238,24 @@ def test_output_law_needs_a_string_direction_and_a_sampleable_mechanism():
     comp = jaxdp.Composition.of((m, 3), (jaxdp.Gaussian(2.0), 2))
     with pytest.raises(NotImplementedError, match="no output law"):
         comp.output_law("remove")
+
+
+def test_output_laws_take_python_scalars_and_stay_float64_with_x64_off():
+    """A law built by hand (``of_mixture``) or by a three-component mixture answers a Python scalar in float64
+    under JAX's defaults, as the mechanisms do; so does the base class's ``max_privacy_loss``."""
+    import warnings
+
+    from jaxdp.mechanisms import GaussianMixtureLaw
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a float64 request truncated to float32 warns
+        mog = jaxdp.MixtureOfGaussians(1.0, [0.0, 1.0, 2.0], [0.5, 0.3, 0.2]).output_law()
+        assert mog.loss(1.5).dtype == jnp.float64 and mog.log_density(0.3).dtype == jnp.float64
+        r = np.array([0.5, 0.3, 0.2])
+        ref = np.log(np.sum(r * np.exp(np.array([0.0, 1.0, 2.0]) * 1.5 - 0.5 * np.array([0.0, 1.0, 4.0]))))
+        assert float(mog.loss(1.5)) == pytest.approx(ref, rel=1e-14)
+        for direction in DIRECTIONS:
+            law = GaussianMixtureLaw.of_mixture(np.log([0.9, 0.1]), np.array([0.0, 1.0]), 1.0, direction)
+            assert all(leaf.dtype == jnp.float64 for leaf in jax.tree.leaves(law))
+            assert law.log_mgf(0.3).dtype == jnp.float64
+        assert jaxdp.Gaussian(1.0).max_privacy_loss().dtype == jnp.float64

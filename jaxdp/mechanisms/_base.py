@@ -212,9 +212,13 @@ class AbstractMechanism:
     def output_law(self, direction: str = "remove"):
         """One step's output law under ``P`` and its privacy loss, for samplers: a
         :class:`~jaxdp.mechanisms.GaussianMixtureLaw` or :class:`~jaxdp.mechanisms.LaplaceLaw` (``direction`` a
-        string).  A mechanism without one cannot be sampled by the Monte Carlo accountants."""
+        string).  The loss has this direction's distribution (its :meth:`cgf`); a symmetric mechanism answers
+        ``"add"`` with the mirrored pair (``x -> 1 - x``, ``P = N(0, s^2)`` for the Gaussian), so there the values
+        at ``x`` are not :meth:`privacy_loss`'s.  A mechanism without one cannot be sampled by the Monte Carlo
+        accountants."""
         raise NotImplementedError(f"{type(self).__name__} has no output law (GaussianMixtureLaw or LaplaceLaw).")
 
+    @float64_scope
     def max_privacy_loss(self, direction: str = "remove"):
         """The largest value of the privacy loss under ``P`` (``+inf`` if unbounded): an ``eps`` with delta 0."""
         return jnp.asarray(jnp.inf, jnp.float64)

@@ -74,6 +74,8 @@ class Gaussian(AbstractMechanism):
         return CheckedMoments(k0, k1, v, self.tilted_abs_moment(t, direction), jnp.zeros_like(k0), ok)
 
     def output_law(self, direction="remove"):
+        # under "add" the true add pair (P = N(0, s^2)), not the remove pair privacy_loss answers with: the exact
+        # tilt (montecarlo._exact_tilt) samples a Gaussian step under add in these coordinates
         _check_static_direction(direction)
         s = _f64(self.noise_multiplier)
         return GaussianMixtureLaw.of_mixture(jnp.zeros(1), jnp.ones(1), s, direction)

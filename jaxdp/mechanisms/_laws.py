@@ -1,11 +1,12 @@
 """One step's output law under ``P`` with its privacy loss: what a sampler needs of a mechanism.
 
-A mechanism's :meth:`~jaxdp.mechanisms.AbstractMechanism.output_law` returns one of two laws, so that the
-Monte Carlo accountants draw from the mechanism pytrees themselves instead of a second description of them:
+A mechanism's :meth:`~jaxdp.mechanisms.AbstractMechanism.output_law` returns one of two laws, so that a sampler
+reads the pair from the mechanism, the one place kept in step with its ``cgf`` and ``privacy_loss``:
 
 * :class:`GaussianMixtureLaw`: ``P = sum_j p_j N(c_j, s^2)`` (the Gaussian mechanism, mixtures of Gaussians,
   the Poisson-subsampled Gaussian; under ``"add"`` ``P`` is ``N(0, s^2)`` and the mixture sits in ``Q``).  The
-  loss is ``sign * log R(x)`` with ``R(x) = sum_k r_k exp((c_k x - c_k^2 / 2) / s^2)``.  Its exponential tilt
+  loss is ``sign * log R(x)`` with ``R(x) = sum_k r_k exp((rc_k x - rc_k^2 / 2) / s^2)`` (fields ``log_r``,
+  ``rc``).  Its exponential tilt
   ``P_theta(x) ~ e^{theta x} P(x)`` is again such a mixture: means ``c_j + theta s^2``, weights
   ``p_j e^{theta c_j}``, ``log M(theta) = logsumexp(log p_j + theta c_j) + theta^2 s^2 / 2``.
 * :class:`LaplaceLaw`: ``P = Lap(1, b)``, loss ``(|x| - |x - 1|) / b``; its tilt (``|theta| < 1/b``) puts ``x``
@@ -35,6 +36,7 @@ _GH_W = _GH_W / math.sqrt(math.pi)
 def gauss_mixture_log_density(log_w, mu, s, x):
     """``log sum_j w_j N(x; mu_j, s^2)`` (``log_w`` normalised); one or two components without a reduction,
     since these run once per sampled step."""
+    x = jnp.asarray(x)
     const = -jnp.log(s) - 0.5 * math.log(2.0 * math.pi)
     j = mu.shape[0]
     if j == 1:
@@ -47,8 +49,12 @@ def gauss_mixture_log_density(log_w, mu, s, x):
 def _float64_methods(cls):
     # as the mechanisms' methods: float64 whatever the user's jax_enable_x64 (a law is public, called directly)
     for name, fn in list(vars(cls).items()):
-        if not name.startswith("_") and inspect.isfunction(fn):
+        if name.startswith("_"):
+            continue
+        if inspect.isfunction(fn):
             setattr(cls, name, float64_scope(fn))
+        elif isinstance(fn, classmethod):
+            setattr(cls, name, classmethod(float64_scope(fn.__func__)))
     return cls
 
 
@@ -74,11 +80,14 @@ class GaussianMixtureLaw:
     @classmethod
     def of_mixture(cls, log_p, c, s, direction: str):
         """The law of the pair ``(sum_j p_j N(c_j, s^2), N(0, s^2))`` under ``direction``."""
+        log_p, c, s = (jnp.asarray(v, jnp.float64) for v in (log_p, c, s))
         if direction == "remove":
             return cls(log_p, c, log_p, c, s, 1.0)
         return cls(jnp.zeros(1), jnp.zeros(1), log_p, c, s, -1.0)
 
     def loss(self, x):
+        """The privacy loss at output ``x``."""
+        x = jnp.asarray(x)
         s2 = self.s * self.s
         k = self.rc.shape[0]
         # one or two components (Gaussian, subsampled Gaussian) without a reduction: this runs per sampled step
@@ -152,6 +161,7 @@ class LaplaceLaw:
     b: jax.Array
 
     def loss(self, x):
+        """The privacy loss at output ``x``."""
         return (jnp.abs(x) - jnp.abs(x - 1.0)) / self.b
 
     def log_density(self, x):
@@ -159,6 +169,7 @@ class LaplaceLaw:
         return -jnp.abs(x - 1.0) / self.b - jnp.log(2.0 * self.b)
 
     def loss_and_log_density(self, x):
+        """``(loss(x), log_density(x))``."""
         return self.loss(x), self.log_density(x)
 
     def log_mgf(self, theta):

@@ -1,6 +1,6 @@
 """The mechanisms' internals that the accountants share (as ``equinox.internal``): constants and kernels of the
-mixture's log ratio and quadrature, and the scans over a composition's parts.  Not part of the public surface:
-they may change without notice."""
+mixture's log ratio and quadrature, a mixture's log density, and the scans over a composition's parts.  Not part
+of the public surface: they may change without notice."""
 
 from jaxdp.mechanisms._composition import STACK_CAPACITY, is_stacked, scan_parts, scan_stack
 from jaxdp.mechanisms._laws import gauss_mixture_log_density

@@ -54,7 +54,8 @@ def bracketed_log_newton(value_and_slope, log_target, lo, hi, x0, *, max_iterati
     ``x0`` with the caller's slope (``value_and_slope(x) -> (f, f')``: a sum over samples gives both in one pass,
     no derivative traced), a bisection where a step leaves the bracket or ``f`` is 0.  Stops after
     ``max_iterations``, or where the step is below ``xtol`` or the bracket below ``btol`` (relative to
-    ``1 + x``).  Returns the last iterate."""
+    ``1 + |x|``).  Returns the last iterate.  Not differentiated: callers stop the gradient or use an implicit
+    rule."""
 
     def body(state):
         i, a, b, x, _ = state
@@ -70,7 +71,7 @@ def bracketed_log_newton(value_and_slope, log_target, lo, hi, x0, *, max_iterati
 
     def more(state):
         i, a, b, x, moved = state
-        return (i < max_iterations) & (moved > xtol * (1.0 + x)) & (b - a > btol * (1.0 + x))
+        return (i < max_iterations) & (moved > xtol * (1.0 + jnp.abs(x))) & (b - a > btol * (1.0 + jnp.abs(x)))
 
     init = (0, lo, hi, jnp.clip(x0, lo, hi), jnp.asarray(jnp.inf))
     return jax.lax.while_loop(more, body, init)[3]

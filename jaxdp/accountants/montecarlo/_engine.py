@@ -74,15 +74,15 @@ def plan_proposals(parts, direction, eps, estimator, theta_one=None):
     eps = jax.lax.stop_gradient(jnp.asarray(eps, jnp.float64))
     laws = [p.mech.output_law(direction) for p in parts]
     if estimator == "simple":
-        return [(prop_mod.untilted(f), None) for f in laws]
+        return [(prop_mod.untilted(law), None) for law in laws]
     if estimator == "tilted-exact":  # theta_one: the tilt (shape (1,)), else the one of the smallest range
         tilt = _exact_tilt.best_tilt(parts, direction, eps)[0] if theta_one is None else theta_one[0]
         return [(prop, None) for prop in _exact_tilt.proposals(parts, direction, tilt)]
     if estimator == "tilted-one":
-        thetas = [prop_mod.solve_theta(f, eps) if theta_one is None else theta_one[i] for i, f in enumerate(laws)]
-        return [(prop_mod.x_tilt(f, th), prop_mod.untilted(f)) for f, th in zip(laws, thetas)]
+        thetas = [prop_mod.solve_theta(law, eps) if theta_one is None else theta_one[i] for i, law in enumerate(laws)]
+        return [(prop_mod.x_tilt(law, th), prop_mod.untilted(law)) for law, th in zip(laws, thetas)]
     t = saddle_t(parts, direction, eps)
-    return [(prop_mod.loss_tilt(f, t), None) for f in laws]
+    return [(prop_mod.loss_tilt(law, t), None) for law in laws]
 
 
 def chunk_samples(parts, direction, estimator, proposals, key, chunk_id, size=CHUNK, with_grad=False):

@@ -42,7 +42,7 @@ MAX_ORDER = 255
 REJECT_LOG = 0.25
 #: rounds of rejection before a slot is given up (NaN); at least 78 % of draws are kept, so 1e6 slots need ~10
 MAX_ROUNDS = 1000
-#: margin added to every proven log range: float64 rounding in the sums and the bisection below
+#: margin added to every proven log range: float64 rounding in the sums
 LOG_MARGIN = 1e-9
 _GAUSS_TILTS = np.exp(np.linspace(math.log(1e-3), math.log(1e3), 481))
 _WHOLE_TILTS = np.arange(1.0, MAX_ORDER + 1.0)
@@ -158,6 +158,7 @@ def proposals(parts, direction, tilt):
         log_m = jax.lax.stop_gradient(step_log_m(p.mech, direction, tilt))
         one = jnp.ones(1)
         if q is None:
+            # in the coordinates of Gaussian.output_law: P = N(1, s^2) under remove, N(0, s^2) under add
             mu = 1.0 + tilt if direction == "remove" else -tilt
             out.append(ExactProposal(one, mu, s, tilt, log_m, None))
         elif direction == "add":  # N(0, s^2) drawn, kept with probability ((1 - q) / R)^t
