@@ -80,8 +80,7 @@ class LaplaceProposal(NamedTuple):
 
     @property
     def log_m(self):
-        bt = self.b * self.theta
-        return self.theta - jnp.log1p(-bt * bt)
+        return LaplaceLaw(self.b).log_mgf(self.theta)
 
 
 def log_tilt_ratio(prop, x):
@@ -171,9 +170,7 @@ def _table_draw(prop, key, shape):
 
 def proposal_log_density(prop, x):
     if isinstance(prop, LaplaceProposal):
-        bt = prop.b * prop.theta
-        log_m = prop.theta - jnp.log1p(-bt * bt)
-        return prop.theta * x - log_m - jnp.abs(x - 1.0) / prop.b - jnp.log(2.0 * prop.b)
+        return prop.theta * x - prop.log_m - jnp.abs(x - 1.0) / prop.b - jnp.log(2.0 * prop.b)
     return gauss_mixture_log_density(prop.log_pi, prop.mu, prop.s, x)
 
 
