@@ -71,12 +71,14 @@ def commit_of_checkout() -> str:
 
 def provenance() -> str:
     """Where a measurement comes from: jaxdp's commit and whether the tree was clean, JAX and jaxlib, backend and
-    devices, CPU cores, Python and the date (UTC)."""
+    devices, numpy and ml_dtypes (whose import is most of ``import jax``), CPU cores, Python and the date (UTC)."""
     import datetime
     import os
     import platform
 
     import jaxlib
+    import ml_dtypes
+    import numpy
 
     commit = commit_of_checkout()
     dirty = _git("status", "--porcelain", "--", "jaxdp", "benchmarks", "pyproject.toml")
@@ -85,6 +87,7 @@ def provenance() -> str:
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     return (
         f"jaxdp `{commit}` ({tree}); JAX {jax.__version__} (jaxlib {jaxlib.__version__}), backend "
-        f"`{jax.default_backend()}`, devices {devices}; {os.cpu_count()} CPU cores ({platform.machine()}); "
+        f"`{jax.default_backend()}`, devices {devices}; numpy {numpy.__version__}, ml_dtypes {ml_dtypes.__version__}; "
+        f"{os.cpu_count()} CPU cores ({platform.machine()}); "
         f"Python {platform.python_version()}; {now}."
     )

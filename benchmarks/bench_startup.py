@@ -5,6 +5,7 @@
 Every row is a fresh Python process with every persistent cache off (JAX's and jaxdp's own program cache;
 import included), as a new user meets the library, except the rows that say otherwise:
 
+* ``import jax`` (and ml_dtypes inside it) and ``import jaxdp.accountants``, the floor under every row,
 * jaxdp ``epsilon_for_delta`` for ``certified``, ``characteristic``, ``saddlepoint`` and ``rdp``
   (PoissonSubsampledGaussian(1.1, 0.01), 1000 steps, delta = 1e-5), with the time of the program a first concrete
   query compiles split into import, Python tracing, lowering and XLA compilation, and its StableHLO op count,
@@ -86,6 +87,22 @@ if method == "calibrate":
 else:
     value = float(jaxdp.epsilon_for_delta(m, num_steps=s["steps"], delta=s["delta"], method=method))
 print(json.dumps({"total": time.perf_counter() - t0, "value": value}))
+"""
+
+# ``import jax`` and, inside it, ml_dtypes (0.7's import alone took ~1 s: pyproject.toml leaves that series out)
+IMPORTS = r"""
+import json, time
+t0 = time.perf_counter()
+import numpy
+t1 = time.perf_counter()
+import ml_dtypes
+t2 = time.perf_counter()
+import jax
+t3 = time.perf_counter()
+import jaxdp.accountants
+t4 = time.perf_counter()
+print(json.dumps({"total": t4 - t0, "ml_dtypes": t2 - t1, "jax": t3 - t0, "jaxdp": t4 - t3,
+                  "version": ml_dtypes.__version__}))
 """
 
 PEER = r"""
@@ -171,6 +188,12 @@ def main(argv=None):
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     rows = {}
+    imp = _python(IMPORTS, env=_env())
+    lines.append(
+        f"| `import jax` (ml_dtypes {imp['version']}: {imp['ml_dtypes']:.3f} s of it), then `import jaxdp.accountants` "
+        f"+{imp['jaxdp']:.2f} s | {imp['wall']:.1f} | {imp['jax'] + imp['jaxdp']:.1f} | | | | | | | |"
+    )
+    print(lines[-1], flush=True)
     for method in args.methods.split(","):
         ph = _python(JAXDP_PHASES, method, setting, env=_env())
         pub = _python(JAXDP_PUBLIC, method, setting, env=_env())
