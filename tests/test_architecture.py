@@ -331,53 +331,90 @@ def test_a_staged_method_compiles_its_rare_branch_only_where_concrete_inputs_tak
     assert not any(f.light for f in traced[2:])  # (the full program again, or its cached trace)
 
 
-def test_a_staged_epsilon_runs_its_first_pass_alone_then_the_light_program(monkeypatch):
-    """For epsilon the tiers are three (``Facts.first_pass``: the certified search without its second pass, then
-    ``Facts.light``, then the full program), each compiled only where the lighter one answered NaN; delta has no
-    first-pass tier (its program would be the light one again)."""
+def test_a_staged_epsilon_runs_its_host_search_first_then_the_full_program(monkeypatch):
+    """For epsilon a staged method with ``CompileHints.host_epsilon`` (the certified search, its passes as programs
+    of their own) answers through that first, and the full program (compiled only then) answers where it gave NaN;
+    without one, epsilon's tiers are delta's (the light program, then the full one)."""
     from jaxdp.accountants._staging import assumed
 
     monkeypatch.setattr(_registry, "_METHODS", dict(_registry._METHODS))
-    traced = []
+    traced, hosted = [], []
 
     def epsilon(comp, direction, log_delta):
-        facts = assumed()
-        traced.append((facts.first_pass, facts.light))
-        full = _chernoff_epsilon(comp, direction, log_delta)
-        second = comp.gaussian_mu2() > 0.5  # (stands for "pass 2 is needed": sigma < ~1.4 here)
-        return jnp.where(second, jnp.nan, full) if facts.first_pass else full
+        traced.append(assumed().light)
+        return _chernoff_epsilon(comp, direction, log_delta)
 
-    def log_delta(comp, direction, epsilon):
-        facts = assumed()
-        traced.append((facts.first_pass, facts.light))
-        return _chernoff_log_delta(comp, direction, epsilon)
+    def host(comp, delta, *, facts, call):
+        hosted.append(facts.light)
+        value = _chernoff_epsilon(comp, "remove", jnp.log(delta))
+        return jnp.where(comp.gaussian_mu2() > 0.5, jnp.nan, value)  # (NaN stands for "every bound failed")
 
-    jaxdp.register_method(
-        jaxdp.MethodInfo(
-            "toy-two-pass",
-            certified=True,
-            description="",
-            log_delta=log_delta,
-            epsilon=epsilon,
-            supports=_gaussian_only,
-        ),
-        staged=True,
+    info = jaxdp.MethodInfo(
+        "toy-host",
+        certified=True,
+        description="",
+        log_delta=_chernoff_log_delta,
+        epsilon=epsilon,
+        supports=_gaussian_only,
     )
+    _registry.register_methods((info,), hints={"toy-host": _registry.CompileHints(staged=True, host_epsilon=host)})
     with jax.enable_x64(True):
         want = {
             s: float(_chernoff_epsilon(jaxdp.Composition.of((jaxdp.Gaussian(s), 1)), "remove", math.log(1e-5)))
             for s in (2.0, 1.0)
         }
-    assert float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(2.0), delta=1e-5, method="toy-two-pass")) == pytest.approx(
-        want[2.0], rel=1e-12
-    )
-    assert traced == [(True, True)]
-    got = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(1.0), delta=1e-5, method="toy-two-pass"))
-    assert got == pytest.approx(want[1.0], rel=1e-12)  # the light program's answer where the first pass is NaN
-    assert traced == [(True, True), (False, True)]
+    got = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(2.0), delta=1e-5, method="toy-host"))
+    assert got == pytest.approx(want[2.0], rel=1e-12)
+    assert hosted == [False] and traced == []  # (the host search alone: no program of the method's own)
+    got = float(jaxdp.epsilon_for_delta(jaxdp.Gaussian(1.0), delta=1e-5, method="toy-host"))
+    assert got == pytest.approx(want[1.0], rel=1e-12)  # the full program's answer where the host search is NaN
+    assert hosted == [False, False] and traced == [False]
+
     traced.clear()
-    jaxdp.delta_for_epsilon(jaxdp.Gaussian(1.0), epsilon=1.0, method="toy-two-pass")
-    assert traced == [(False, True)]
+    jaxdp.register_method(dataclasses.replace(info, name="toy-no-host"), staged=True)
+    jaxdp.epsilon_for_delta(jaxdp.Gaussian(2.0), delta=1e-5, method="toy-no-host")
+    assert traced == [True]  # the light program, which answered
+
+
+@pytest.mark.parametrize("method", ["certified-fast", pytest.param("certified", marks=pytest.mark.slow)])
+def test_the_certified_host_search_gives_the_traced_programs_values(method):
+    """The certified search for concrete inputs (``certified._search.host_epsilon``: pass 1 per direction, the
+    ranking and pass 2 as programs of their own, compiled only where a query reaches them) answers what the traced
+    program does, at queries whose search takes one pass and two, both directions and one (the fine lattice's
+    traced program takes ~40 s to compile: -m slow)."""
+    from jaxdp.accountants import _api
+    from jaxdp.accountants._staging import Facts
+    from jaxdp.accountants.certified import _search
+    from jaxdp.mechanisms import as_composition
+    from jaxdp.numerics import to_f64
+
+    cases = [
+        (jaxdp.PoissonSubsampledGaussian(1.1, 0.01), 1000, 1e-5),  # one pass
+        (jaxdp.PoissonSubsampledGaussian(1.0, 1e-3), 1000, 1e-5),  # two (the startup benchmark's second-pass query)
+        (jaxdp.PoissonSubsampledGaussian(1.0, 1e-3, adjacency="remove"), 4, 1e-6),  # one direction
+        # (remove takes the second pass and its value falls: the add pass, skipped, runs again with it)
+        (jaxdp.PoissonSubsampledGaussian(1.0, 1e-4), 100, 1e-5),
+    ]
+    host = _registry.compile_hints(jaxdp.method_info(method)).host_epsilon
+    for k, (mech, steps, delta) in enumerate(cases):
+        ran = []
+
+        def call(jitted, fn, args, static, ran=ran):
+            ran.append(jitted)
+            return jitted(*args, **static)
+
+        with jax.enable_x64(True):
+            comp = to_f64(as_composition(mech, steps))
+            got = float(host(comp, jnp.float64(delta), facts=Facts(), call=call))
+            # the traced program: the full one, both passes in one trace
+            traced = float(_api._epsilon_jit(comp, jnp.float64(delta), method=method, facts=Facts()))
+        assert got == pytest.approx(traced, rel=1e-9, abs=1e-12), (method, k)
+        if k in (1, 3):
+            assert _search._rank_jit in ran  # (the query must take the second pass)
+        if k == 3 and method == "certified-fast":
+            assert ran.count(_search._pass_jit) == 4  # (both first passes, remove's second, add's again)
+        if k == 0:
+            assert ran == [_search._pass_jit] * 2  # (one pass per direction, no ranking)
 
 
 def test_register_method_rejects_bad_infos():

@@ -10,9 +10,7 @@ import pytest
 from program_budgets import BUDGETS, count_ops, lower
 
 _SLOW = {
-    ("certified", "two_pass"),
     ("certified", "user_jit"),
-    ("certified-fast", "two_pass"),
     ("certified-fast", "user_jit"),
     ("characteristic", "user_jit"),
     ("saddlepoint", "grad"),

@@ -11,6 +11,7 @@ turns invalid traced inputs into NaN.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -148,23 +149,23 @@ def _run(info, facts, args, plain_jit, plain, with_fallback_jit):
 
 
 def _staged(info, jitted, fn, args, static, keep):
-    """``jitted`` on concrete ``args``: a staged method's lightest program first, and each heavier one (compiled
-    only then) where the lighter answered NaN: for epsilon the first pass alone, then the light program, then
-    the full one; for delta the light program, then the full one."""
-    if not compile_hints(info).staged:
-        return program_cache.call(jitted, fn, args, static, keep=keep, quick=compile_hints(info).quick_compile)
+    """``jitted`` on concrete ``args``: a staged method's lightest program first, and the full one (compiled only
+    then) where the lighter answered NaN.  The lightest: for epsilon, where the method has one, its host-staged
+    search (``CompileHints.host_epsilon``: its passes as programs of their own), else the light program."""
+    hints = compile_hints(info)
+    quick = hints.quick_compile
+    if not hints.staged:
+        return program_cache.call(jitted, fn, args, static, keep=keep, quick=quick)
     facts = static["facts"]
-    tiers = [dataclasses.replace(facts, light=True), facts]
-    if fn is epsilon_of_composition:  # (the only entry point with a second pass to leave out)
-        tiers.insert(0, dataclasses.replace(facts, light=True, first_pass=True))
-    value = None
-    for tier in tiers:
-        got = program_cache.call(
-            jitted, fn, args, {**static, "facts": tier}, keep=keep, quick=compile_hints(info).quick_compile
+    if fn is epsilon_of_composition and hints.host_epsilon is not None:
+        call = functools.partial(program_cache.call, keep=keep, quick=quick)
+        value = hints.host_epsilon(*args, facts=facts, call=call)
+    else:
+        value = program_cache.call(
+            jitted, fn, args, {**static, "facts": dataclasses.replace(facts, light=True)}, keep=keep, quick=quick
         )
-        value = got if value is None else jnp.where(jnp.isnan(value), got, value)
-        if not _any_nan(value):
-            break
+    if _any_nan(value):
+        value = jnp.where(jnp.isnan(value), program_cache.call(jitted, fn, args, static, keep=keep, quick=quick), value)
     return value
 
 

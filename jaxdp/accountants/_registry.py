@@ -76,11 +76,16 @@ class CompileHints:
       quick_compile: the entry points compile the method's programs for concrete inputs with
         ``numerics.program_cache.QUICK_COMPILE`` (XLA options that shorten the compile of chains of special
         functions and slow down some loops), where the installed XLA has them.
+      host_epsilon: with ``staged``, the method's epsilon of the worse direction for concrete inputs as programs
+        the host runs one after another (a search's passes, each compiled only where a query reaches it):
+        ``(composition, delta, *, facts, call) -> epsilon``, NaN where the full program must answer;
+        ``call(jitted, fn, args, static)`` runs one program.  Its values are those of the traced ``epsilon``.
     """
 
     direction_as_data: bool = False
     staged: bool = False
     quick_compile: bool = False
+    host_epsilon: Callable | None = dataclasses.field(default=None, repr=False, compare=False)
 
 
 NO_HINTS = CompileHints()

@@ -33,13 +33,10 @@ class Facts:
         saddle-point estimate's exact few-step branch is never taken).
       light: every input is concrete, and the caller runs the full program where this one answers NaN: a
         method registered ``staged`` (``CompileHints``) may answer NaN instead of tracing a branch that few inputs take.
-      first_pass: with ``light``, an epsilon search with a second pass (the certified one) runs its first alone
-        and answers NaN where the second would run (the caller then runs the light program, which has both).
     """
 
     no_few_steps: bool = False
     light: bool = False
-    first_pass: bool = False
 
 
 NOTHING = Facts()

@@ -11,15 +11,17 @@ Construction, proof of domination, floating-point model and references:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._registry import CompileHints, MethodInfo, screened
-from jaxdp.accountants._staging import assumed
+from jaxdp.accountants._staging import assume, assumed
 from jaxdp.accountants.certified._constants import (
     _EPS_NUDGES,
     _U,
@@ -35,7 +37,7 @@ from jaxdp.accountants.certified._window import (
     _Window,
     _window_log_delta,
 )
-from jaxdp.mechanisms import Composition, Gaussian, MixtureMechanism
+from jaxdp.mechanisms import Composition, Gaussian, MixtureMechanism, is_add
 from jaxdp.numerics import argmax, argmin, log_sub_exp, nan_to
 
 __all__ = ["HINTS", "METHODS", "CertifiedResult", "certified_terms", "epsilon_certified", "log_delta_certified"]
@@ -154,6 +156,77 @@ def _window_epsilon(win: _Window, log_delta, eps_guess):
     return jnp.where(ok, cands[first], jnp.inf)
 
 
+class _Start(NamedTuple):
+    """Where :func:`epsilon_certified`'s search starts (one direction): the screen's stage, its certified epsilon
+    (``inf`` where it failed), the first pass's reference epsilon and tilt."""
+
+    stage: _bounds.ScreenStage
+    eps_sp: jax.Array
+    eps0: jax.Array
+    t0: jax.Array
+
+
+def _start(comp, direction, log_delta, screened=None) -> _Start:
+    # the certified saddle-point epsilon and the delta_2 estimate with its saddle point: one solve (the screen's)
+    stage = _bounds.screen_stage(comp, direction, log_delta) if screened is None else screened
+    eps_sp = nan_to(stage.epsilon, jnp.inf)
+    has_estimate = jnp.isfinite(stage.estimate)
+    eps0 = jnp.where(has_estimate, stage.estimate, jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0))
+    eps0 = jax.lax.stop_gradient(eps0)
+    # (where the estimate failed: the screen's tilt, else the Gaussian pair's; the window's bound holds at any tilt)
+    fallback = jnp.where(jnp.isfinite(stage.log_t_screen), stage.log_t_screen, _cgf.guess_log_t_for_epsilon(comp, eps0))
+    t0 = jnp.exp(jnp.where(has_estimate, stage.log_t, jax.lax.stop_gradient(fallback)))
+    return _Start(stage, eps_sp, eps0, t0)
+
+
+def _solve_or_inf(comp, direction, log_delta, grid, t, eps_ref):
+    """The window's verified epsilon at tilt ``t`` (``inf`` where it fails or ``t`` is not finite)."""
+    run = jnp.isfinite(t)
+    return jax.lax.cond(
+        run,
+        lambda tt, e: nan_to(
+            _window_epsilon(_build_window(comp, direction, tt, log_delta, grid), log_delta, e), jnp.inf
+        ),
+        lambda tt, e: jnp.asarray(jnp.inf, jnp.float64),
+        jnp.where(run, t, 1.0),
+        eps_ref,
+    )
+
+
+def _second_pass_needed(eps1, st: _Start):
+    """``(need, ref)``: whether the second pass runs after a first whose window gave ``eps1`` (it failed, or its root
+    landed more than ``REFINE_TOL`` from the estimate), and its reference epsilon."""
+    best = jnp.minimum(eps1, st.eps_sp)
+    ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, st.eps0))
+    far = jnp.abs(ref - st.eps0) > REFINE_TOL * (jnp.abs(st.eps0) + 1e-3)
+    return far | ~jnp.isfinite(eps1), ref
+
+
+def _retry_tilts(comp, direction, eps_ref):
+    """The second pass's candidate tilts: ``TILT_FACTORS`` times the saddle point of ``eps_ref``, and
+    ``FALLBACK_TILT``."""
+    t_ref = jax.lax.stop_gradient(_cgf.saddle_point(comp, direction, eps_ref))
+    return jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
+
+
+def _ranked_tilt(comp, direction, log_delta, eps_ref, grid):
+    """The retried tilt whose window on ``grid`` gives the smallest epsilon (NaN where none succeeds), ranked without
+    gradients (a failed tilt may have non-finite partials)."""
+    tilts = _retry_tilts(comp, direction, eps_ref)
+    frozen = jax.lax.stop_gradient(comp)
+    eps = jax.lax.map(
+        lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta, grid), log_delta, eps_ref), tilts
+    )
+    best = argmin(eps)
+    return jnp.where(jnp.isfinite(eps[best]), tilts[best], jnp.nan)
+
+
+def _rank_grid(grid):
+    """The lattice the second pass ranks its tilts on: the coarse one for the fine lattice (several times cheaper),
+    the solve's own otherwise."""
+    return FAST_GRID if grid is None else grid
+
+
 def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     """Certified epsilon: the certified delta at it is at most ``exp(log_delta)``.
 
@@ -165,84 +238,40 @@ def epsilon_certified(comp, direction, log_delta, grid=None, screened=None):
     the root and at ``FALLBACK_TILT``, and solved again.  Every candidate is a
     verified upper bound, so the smallest is returned.  ``screened``: the screen's
     :class:`~jaxdp.accountants._bounds.ScreenStage` when the caller has it (its epsilon is one of the candidates,
-    its estimate the window's first reference).
+    its estimate the window's first reference).  For concrete inputs the entry points run the same passes as
+    programs of their own, the host between them (:func:`host_epsilon`).
     """
-
-    def solve(t, eps_ref):
-        win = _build_window(comp, direction, t, log_delta, grid)
-        return _window_epsilon(win, log_delta, eps_ref)
-
-    def search_tilt(eps_ref):
-        # the tilts are ranked on the coarse lattice (several times cheaper) without gradients (a failed one may have
-        # non-finite partials); the best is solved again, differentiably (NaN when none succeeds)
-        t_ref = jax.lax.stop_gradient(_cgf.saddle_point(comp, direction, eps_ref))
-        tilts = jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
-        frozen = jax.lax.stop_gradient(comp)
-        scan_grid = FAST_GRID if grid is None else grid
-        eps = jax.lax.map(
-            lambda t: _window_epsilon(_build_window(frozen, direction, t, log_delta, scan_grid), log_delta, eps_ref),
-            tilts,
-        )
-        best = argmin(eps)
-        return jnp.where(jnp.isfinite(eps[best]), tilts[best], jnp.nan)
-
-    # the certified saddle-point epsilon and the delta_2 estimate with its saddle point: one solve (the screen's)
-    stage = _bounds.screen_stage(comp, direction, log_delta) if screened is None else screened
-    eps_sp = nan_to(stage.epsilon, jnp.inf)
-    has_estimate = jnp.isfinite(stage.estimate)
-    eps0 = jnp.where(has_estimate, stage.estimate, jnp.where(jnp.isfinite(eps_sp), eps_sp, 1.0))
-    eps0 = jax.lax.stop_gradient(eps0)
-    # (where the estimate failed: the screen's tilt, else the Gaussian pair's; the window's bound holds at any tilt)
-    fallback = jnp.where(jnp.isfinite(stage.log_t_screen), stage.log_t_screen, _cgf.guess_log_t_for_epsilon(comp, eps0))
-    t0 = jnp.exp(jnp.where(has_estimate, stage.log_t, jax.lax.stop_gradient(fallback)))
-
-    def solve_or_inf(t, eps_ref):
-        run = jnp.isfinite(t)
-        return jax.lax.cond(
-            run,
-            lambda tt, e: nan_to(solve(tt, e), jnp.inf),
-            lambda tt, e: jnp.asarray(jnp.inf, jnp.float64),
-            jnp.where(run, t, 1.0),
-            eps_ref,
-        )
-
-    def second_pass_needed(eps1):
-        best = jnp.minimum(eps1, eps_sp)
-        ref = jax.lax.stop_gradient(jnp.where(jnp.isfinite(best), best, eps0))
-        far = jnp.abs(ref - eps0) > REFINE_TOL * (jnp.abs(eps0) + 1e-3)
-        return far | ~jnp.isfinite(eps1), ref
-
-    if assumed().first_pass:
-        # pass 1 alone (a program without the coarse search); NaN where pass 2 would run: the caller then runs
-        # the program with both (see _staging)
-        eps1 = solve_or_inf(t0, eps0)
-        need, _ = second_pass_needed(eps1)
-        best = jnp.minimum(jnp.minimum(eps1, eps_sp), _pure_dp_epsilon(comp, direction))
-        return jnp.where(jnp.isfinite(best) & ~need, jnp.maximum(best, 0.0), jnp.nan)
+    st = _start(comp, direction, log_delta, screened)
 
     if grid is not None:
-        eps1, eps2 = _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pass_needed)
-        return _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp)
+        eps1, eps2 = _passes_on_one_lattice(comp, direction, log_delta, grid, st)
+        return _best_of_passes(comp, direction, log_delta, eps1, eps2, st.eps_sp)
 
     # Two passes of one traced solve: pass 1 at the saddle point of the estimate; pass 2, only where pass 1
     # failed or its root landed far from the estimate, at the tilt the coarse search ranks best.
     def one_pass(eps1, first):
-        need2, ref = second_pass_needed(eps1)
+        need2, ref = _second_pass_needed(eps1, st)
         need = first | need2
         t = jax.lax.cond(
             first,
-            lambda r: t0,
-            lambda r: jax.lax.cond(need, search_tilt, lambda _: jnp.asarray(jnp.nan, jnp.float64), r),
+            lambda r: st.t0,
+            lambda r: jax.lax.cond(
+                need,
+                lambda r: _ranked_tilt(comp, direction, log_delta, r, _rank_grid(grid)),
+                lambda _: jnp.asarray(jnp.nan, jnp.float64),
+                r,
+            ),
             ref,
         )
-        eps = solve_or_inf(jnp.where(need, t, jnp.nan), jnp.where(first, eps0, ref))
+        t = jnp.where(need, t, jnp.nan)
+        eps = _solve_or_inf(comp, direction, log_delta, grid, t, jnp.where(first, st.eps0, ref))
         return jnp.where(first, eps, eps1), eps
 
     _, (eps1, eps2) = jax.lax.scan(one_pass, jnp.asarray(jnp.inf, jnp.float64), jnp.array([True, False]))
-    return _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp)
+    return _best_of_passes(comp, direction, log_delta, eps1, eps2, st.eps_sp)
 
 
-def _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pass_needed):
+def _passes_on_one_lattice(comp, direction, log_delta, grid, st: _Start):
     """``(eps1, eps2)`` of :func:`epsilon_certified`'s two passes where the tilt search runs on the solve's own
     lattice (``grid`` given, as for ``certified-fast``): then the search's windows and the solves are one function
     at different tilts, so all are the steps of one ``lax.scan`` -- pass 1, the ranked tilts, and the best again --
@@ -255,10 +284,6 @@ def _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pa
     num_tilts = len(TILT_FACTORS) + 1
     nan = jnp.asarray(jnp.nan, jnp.float64)
 
-    def tilts_at(ref):
-        t_ref = jax.lax.stop_gradient(_cgf.saddle_point(comp, direction, ref))
-        return jnp.concatenate([t_ref * TILT_FACTORS, jnp.array([FALLBACK_TILT])])
-
     def step(carry, k):
         eps1, need, ref, tilts, ranked = carry
         first, last = k == 0, k == num_tilts + 1
@@ -266,7 +291,7 @@ def _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pa
         best = argmin(ranked)
         t_best = jnp.where(jnp.isfinite(ranked[best]), tilts[best], nan)
         t_next = jnp.where(last, t_best, tilts[jnp.clip(k - 1, 0, num_tilts - 1)])
-        t = jnp.where(first, t0, jnp.where(need, t_next, nan))
+        t = jnp.where(first, st.t0, jnp.where(need, t_next, nan))
         frozen = jax.tree.map(lambda x: jnp.where(ranking, jax.lax.stop_gradient(x), x), (comp, log_delta))
         # (a ranked tilt is solved even where it is NaN, as a search apart solves each)
         run = jnp.where(ranking, need, jnp.isfinite(t))
@@ -276,12 +301,14 @@ def _passes_on_one_lattice(comp, direction, log_delta, grid, t0, eps0, second_pa
             lambda c_ld, tt, e: nan,
             frozen,
             jnp.where(jnp.isfinite(t) | ranking, t, 1.0),
-            jnp.where(first, eps0, ref),
+            jnp.where(first, st.eps0, ref),
         )
         eps = nan_to(raw, jnp.inf)
         # after pass 1: whether the search runs, its reference epsilon and tilts (the saddle point solved once)
-        need1, ref1 = second_pass_needed(eps)
-        tilts = jax.lax.cond(first & need1, tilts_at, lambda r: jnp.full(num_tilts, jnp.nan), ref1)
+        need1, ref1 = _second_pass_needed(eps, st)
+        tilts = jax.lax.cond(
+            first & need1, lambda r: _retry_tilts(comp, direction, r), lambda r: jnp.full(num_tilts, jnp.nan), ref1
+        )
         carry = (
             jnp.where(first, eps, eps1),
             jnp.where(first, need1, need),
@@ -309,6 +336,124 @@ def _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp):
         best,
     )
     return jnp.maximum(best, 0.0)
+
+
+# -- the search for concrete inputs: its passes as programs of their own, the host between them ---------------------
+#
+# Traced, the two passes are one program, and a query that needs only the first compiles the second too (the coarse
+# search's window: ~40 % of the program).  For concrete inputs the host runs the steps one by one: pass 1 (one
+# direction's program, the direction as data, so both directions share it), then, where that direction needs it, the
+# ranking (one program, on FAST_GRID for both certified methods) and the same pass program again at the ranked tilt.
+# A query compiles the ranking only where its search takes the second pass, and never the two-pass program; the
+# values are the traced program's (the same functions on the same inputs; the host only takes minima and maxima).
+
+
+class HostPass(NamedTuple):
+    """One direction's pass for :func:`host_epsilon` (a program's output).
+
+    Attributes:
+      skipped: the screen's certified epsilon is at most ``worst`` (the direction cannot be the worse one; nothing
+        else was computed).
+      best: the smallest of the pass's window, the screen's certified epsilon and ``L_max`` (``inf`` where none
+        holds).
+      solved: the pass's window alone (``inf`` where it failed).
+      need: after a first pass, whether the second runs; ``ref``: its reference epsilon.
+      value: the direction's epsilon where no second pass follows (``max(best, 0)``; NaN where ``best`` is not
+        finite): the next direction's ``worst``, given to its program before this one's result reaches the host.
+    """
+
+    skipped: jax.Array
+    best: jax.Array
+    solved: jax.Array
+    need: jax.Array
+    ref: jax.Array
+    value: jax.Array
+
+
+def pass_program(comp, flag, delta, worst, tilt, ref, *, direction=None, grid=None, facts=None) -> HostPass:
+    """One direction's pass of :func:`epsilon_certified` at ``delta`` (concrete inputs; ``facts``: see ``_staging``):
+    the first (``ref`` NaN: at the estimate's saddle point) or the second (at ``tilt``, with reference ``ref``).  The
+    direction is ``flag`` (a boolean array, True: add) or the static ``direction``; ``worst``: the worse direction's
+    epsilon so far (the screen skips this one where its certified epsilon is below it, as the traced program's)."""
+    with assume(facts):
+        d = direction if direction is not None else flag
+        log_delta = jnp.log(delta)
+        st = _start(comp, d, log_delta)
+        given = jnp.isfinite(ref)
+
+        def run(_):
+            t = jnp.where(given, tilt, st.t0)
+            solved = _solve_or_inf(comp, d, log_delta, grid, t, jnp.where(given, ref, st.eps0))
+            need, ref1 = _second_pass_needed(solved, st)
+            best = jnp.minimum(jnp.minimum(solved, st.eps_sp), _pure_dp_epsilon(comp, d))
+            return best, solved, need, ref1
+
+        skipped = st.stage.epsilon <= worst  # (NaN: computed, as in the traced program)
+        nan = jnp.asarray(jnp.nan, jnp.float64)
+        best, solved, need, ref1 = jax.lax.cond(~skipped, run, lambda _: (nan, nan, jnp.asarray(False), nan), None)
+        value = jnp.where(jnp.isfinite(best), jnp.maximum(best, 0.0), jnp.nan)
+        return HostPass(skipped, best, solved, need, ref1, value)
+
+
+def rank_program(comp, flag, delta, ref, *, direction=None, grid=FAST_GRID, facts=None):
+    """The second pass's tilt (NaN where no retried tilt succeeds), ranked on ``grid`` (:func:`_rank_grid` of the
+    solve's: one program for both certified methods; concrete inputs, the arguments as for :func:`pass_program`)."""
+    with assume(facts):
+        d = direction if direction is not None else flag
+        return _ranked_tilt(comp, d, jnp.log(delta), ref, grid)
+
+
+_pass_jit = jax.jit(pass_program, static_argnames=("direction", "grid", "facts"))
+_rank_jit = jax.jit(rank_program, static_argnames=("direction", "grid", "facts"))
+
+
+def host_epsilon(comp, delta, *, grid, facts, call):
+    """:func:`epsilon_certified`'s search of the worse direction for concrete inputs, as host-staged programs (see
+    above); NaN where every bound of a direction failed (the full program, with its Renyi-DP bound, answers there).
+    ``call(jitted, fn, args, static)`` runs a program (the entry points' compiled-program cache).
+
+    The directions' first passes are dispatched together, the second given the first's ``value`` as its ``worst``
+    (one wait for both); where the first direction then takes its second pass, its epsilon can only fall, and the
+    second direction's pass runs again with it where the screen had skipped it."""
+    scanned = len(comp.directions) == 2 and comp.direction_as_data
+    facts = dataclasses.replace(facts, light=True)
+    nan = jnp.asarray(jnp.nan, jnp.float64)
+
+    def first_pass(i, worst):
+        return call(_pass_jit, pass_program, (comp, *_direction_args(comp, i, scanned), delta, worst, nan, nan), kw(i))
+
+    def kw(i, **more):
+        return {"direction": None if scanned else comp.directions[i], "grid": grid, "facts": facts, **more}
+
+    pending, worst_given = [], jnp.asarray(-jnp.inf, jnp.float64)
+    for i in range(len(comp.directions)):
+        pending.append((worst_given, first_pass(i, worst_given)))
+        worst_given = pending[-1][1].value
+    given, results = jax.device_get(([w for w, _ in pending], [r for _, r in pending]))
+    worst = -np.inf
+    for i, r in enumerate(results):
+        if i > 0 and bool(r.skipped) and not float(given[i]) == worst:
+            # (the first direction took its second pass, and its value fell below the one this pass was given: the
+            # screen may not skip this direction now; a pass that ran is the same under any worst)
+            r = jax.device_get(first_pass(i, jnp.asarray(worst, jnp.float64)))
+        if bool(r.skipped):
+            continue
+        best = float(r.best)
+        if bool(r.need):
+            args = (comp, *_direction_args(comp, i, scanned), delta)
+            tilt = call(_rank_jit, rank_program, (*args, r.ref), kw(i, grid=_rank_grid(grid)))
+            if np.isfinite(float(tilt)):
+                second = call(_pass_jit, pass_program, (*args, jnp.asarray(-jnp.inf), tilt, r.ref), kw(i))
+                best = min(best, float(second.solved))
+        if not np.isfinite(best):
+            return nan
+        worst = max(worst, max(best, 0.0))
+    return jnp.asarray(worst, jnp.float64)
+
+
+def _direction_args(comp, i, scanned):
+    """``(flag,)``: the ``i``-th direction as data where both run through one program, else ``(None,)`` (static)."""
+    return (jnp.asarray(is_add(comp.directions[i])),) if scanned else (None,)
 
 
 def _supported(comp: Composition) -> bool:
@@ -345,6 +490,10 @@ METHODS = (
 )
 
 #: how the entry points may compile these (see :class:`~jaxdp.accountants._registry.CompileHints`): under
-#: ``Facts.light`` the search answers NaN where its second pass or the Rényi-DP bound would run; the XLA options
-#: that shorten the compile of chains of special functions
-HINTS = {info.name: CompileHints(staged=True, quick_compile=True) for info in METHODS}
+#: ``Facts.light`` the Renyi-DP bound is left out (the full program's, where every other bound failed); for concrete
+#: inputs the epsilon search runs as host-staged programs (:func:`host_epsilon`); the XLA options that shorten the
+#: compile of chains of special functions
+HINTS = {
+    info.name: CompileHints(staged=True, quick_compile=True, host_epsilon=functools.partial(host_epsilon, grid=grid))
+    for info, grid in zip(METHODS, (None, FAST_GRID))
+}
