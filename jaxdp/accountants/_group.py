@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxdp.accountants._api import epsilon_for_delta, log_delta_for_epsilon
 from jaxdp.mechanisms import MixtureOfGaussians
-from jaxdp.numerics import float64_entry
+from jaxdp.numerics import float64_entry, host_regula_falsi
 from jaxdp.numerics import validate as _validate
 
 __all__ = ["GroupCurve", "group_curve", "group_weights"]
@@ -209,21 +209,14 @@ def _black_box(example, big_g, eps1, delta, num_steps, method):
         if i == 0:
             out[k] = g[k] * coarse[0]
             continue
-        lo, hi, f_lo, f_hi = coarse[i - 1], coarse[i], hs[i - 1], hs[i]
-        for _ in range(BLACK_BOX_MAX_EVALUATIONS):
-            if hi - lo <= BLACK_BOX_RTOL * hi:
-                break
-            w = hi - lo
-            x = lo + 0.5 * w
-            if np.isfinite(f_lo) and np.isfinite(f_hi) and f_lo > f_hi:
-                x = lo + w * f_lo / (f_lo - f_hi)
-            # keep the point inside the bracket, away from its ends (the regula falsi stalls at one end of a
-            # curved function): an end it would hug moves by at least a tenth of the width
-            x = min(max(x, lo + 0.1 * w), hi - 0.1 * w) if w > 4.0 * BLACK_BOX_RTOL * hi else lo + 0.5 * w
-            f = h(k, x, log_d1(x))
-            if f <= 0.0:
-                hi, f_hi = x, f
-            else:  # NaN too: the condition is not shown there
-                lo, f_lo = x, (f if np.isfinite(f) else np.inf)
+        hi = host_regula_falsi(
+            lambda x, k=k: h(k, x, log_d1(x)),
+            coarse[i - 1],
+            coarse[i],
+            hs[i - 1],
+            hs[i],
+            rtol=BLACK_BOX_RTOL,
+            max_evaluations=BLACK_BOX_MAX_EVALUATIONS,
+        )
         out[k] = g[k] * hi
     return out

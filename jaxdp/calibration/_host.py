@@ -26,9 +26,7 @@ from jaxdp.calibration._result import (
     _psg_family,
 )
 from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
-from jaxdp.numerics import (
-    to_f64,
-)
+from jaxdp.numerics import host_bisect, host_secant_root, to_f64
 
 # -- host-staged calibration (concrete inputs) -----------------------------------------------------
 
@@ -102,17 +100,26 @@ def _host_one(solved_for, args, method, certify, mechanism):
 
     # the start: the Gaussian pair with the composition's K(1) (one small program), to 1e-3, and the slope of that
     # model's log epsilon there (the estimate's first step; then secant steps on the estimate itself)
-    x0, evals0, _, _ = _host_root(lambda x: log_mu2(x) - math.log(mu2), lo, hi, 0.5 * (lo + hi), slope=-2.0, xtol=1e-3)
+    x0, evals0, _, _ = host_secant_root(
+        lambda x: log_mu2(x) - math.log(mu2),
+        lo,
+        hi,
+        0.5 * (lo + hi),
+        slope=-2.0,
+        xtol=1e-3,
+        max_evaluations=HOST_EVALUATIONS,
+    )
     ends = (max(x0 - 1e-3, lo), min(x0 + 1e-3, hi))
     model = [math.log(max(_gaussian_epsilon(math.exp(0.5 * log_mu2(x)), delta), 1e-300)) for x in ends]
     slope = (model[1] - model[0]) / (ends[1] - ends[0]) if ends[1] > ends[0] else math.nan
-    x, evals, below, above = _host_root(
+    x, evals, below, above = host_secant_root(
         lambda v: _host_gap(epsilon(v, method), target),
         lo,
         hi,
         x0,
         slope=slope if math.isfinite(slope) and slope < 0 else -1.0,
         xtol=HOST_XTOL,
+        max_evaluations=HOST_EVALUATIONS,
     )
     evals += evals0
     if above:  # even the largest noise (the smallest rate) exceeds the budget
@@ -137,51 +144,6 @@ def _host_estimate_at(x, known, method, epsilon):
     return epsilon(x, method)
 
 
-def _host_root(g, lo, hi, x0, *, slope, xtol, max_evaluations=HOST_EVALUATIONS):
-    """Root of the decreasing ``g`` on ``[lo, hi]``, on the host: secant steps (the first by the guessed
-    ``slope``), none longer than 2, each kept strictly inside the bracket of the points evaluated so far (a
-    bisection, or a step of 2 away from the one side known, where it is not, or where ``g`` is not finite: NaN
-    reads as positive, too little noise).  Stops once a secant step is at most ``xtol`` (the step is taken:
-    the secant's error after it is far smaller).
-
-    Returns ``(x, evaluations, below, above)``: ``below`` when ``g(lo) <= 0`` (``x = lo``), ``above`` when
-    ``g(hi) > 0`` (``x = hi``).
-    """
-    a = b = None  # the largest point with g > 0, the smallest with g <= 0
-    prev = None  # the last finite evaluation, for the secant
-    x = min(max(x0, lo), hi)
-    for i in range(1, max_evaluations + 1):
-        gx = g(x)
-        positive = not gx <= 0.0  # (NaN included)
-        if positive:
-            a = x
-            if x >= hi:
-                return hi, i, False, True
-        else:
-            b = x
-            if x <= lo:
-                return lo, i, True, False
-            if gx == 0.0:
-                return x, i, False, False
-        step = None
-        if math.isfinite(gx):
-            s = slope if prev is None or prev[0] == x else (gx - prev[1]) / (x - prev[0])
-            step = -gx / s if s < 0 else None
-            prev = (x, gx)
-        new = None if step is None else min(max(x + min(max(step, -2.0), 2.0), lo), hi)
-        if new is not None and (a is None or new > a) and (b is None or new < b):
-            if abs(new - x) <= xtol:
-                return new, i, False, False
-        elif a is not None and b is not None:
-            new = 0.5 * (a + b)
-        else:
-            new = min(a + 2.0, hi) if a is not None else max(b - 2.0, lo)
-        if a is not None and b is not None and b - a <= xtol:
-            return new, i, False, False
-        x = new
-    return x, max_evaluations, False, False
-
-
 def _log_ndtr_host(x):
     """``log Phi(x)`` on the host (to ~1e-10 relative below -30: only a start)."""
     if x > -30.0:
@@ -201,28 +163,18 @@ def _gaussian_log_delta(eps, mu):
 
 def _gaussian_mu(eps, delta):
     """The ``mu`` whose Gaussian pair has ``delta(eps) = delta`` (bisection in ``log mu``, on the host)."""
-    lo, hi, log_delta = math.log(1e-8), math.log(1e4), math.log(delta)
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if _gaussian_log_delta(eps, math.exp(mid)) > log_delta:
-            hi = mid
-        else:
-            lo = mid
-    return math.exp(0.5 * (lo + hi))
+    log_delta = math.log(delta)
+    return math.exp(
+        host_bisect(lambda x: _gaussian_log_delta(eps, math.exp(x)) > log_delta, math.log(1e-8), math.log(1e4))
+    )
 
 
 def _gaussian_epsilon(mu, delta):
     """The ``eps`` with ``delta(eps) = delta`` of the Gaussian pair ``N(mu, 1)`` vs ``N(0, 1)`` (bisection, host)."""
-    lo, hi, log_delta = 0.0, 0.5 * mu * mu + 40.0 * mu + 1.0, math.log(delta)
-    if _gaussian_log_delta(lo, mu) <= log_delta:
+    log_delta = math.log(delta)
+    if _gaussian_log_delta(0.0, mu) <= log_delta:
         return 0.0
-    for _ in range(100):
-        mid = 0.5 * (lo + hi)
-        if _gaussian_log_delta(mid, mu) > log_delta:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return host_bisect(lambda e: not _gaussian_log_delta(e, mu) > log_delta, 0.0, 0.5 * mu * mu + 40.0 * mu + 1.0)
 
 
 _gaussian_mu2_jit = jax.jit(lambda comp: comp.gaussian_mu2())

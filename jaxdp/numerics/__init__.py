@@ -7,6 +7,7 @@ package may use it (see the "Architecture" section of the README).
 from jaxdp.numerics import _program_cache as program_cache
 from jaxdp.numerics import _validate as validate
 from jaxdp.numerics._boundary import DOWN, NEAREST, UP, float64_entry, keep_x64_mode, x64_enabled
+from jaxdp.numerics._host import host_bisect, host_largest_satisfying, host_regula_falsi, host_secant_root
 from jaxdp.numerics._implicit import (
     implicit_root,
     root_and_value_found_elsewhere,
@@ -58,6 +59,10 @@ __all__ = [
     "bracketed_secant",
     "float64_entry",
     "float64_scope",
+    "host_bisect",
+    "host_largest_satisfying",
+    "host_regula_falsi",
+    "host_secant_root",
     "implicit_root",
     "keep_x64_mode",
     "log1mexp",

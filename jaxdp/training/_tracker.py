@@ -9,6 +9,7 @@ import numpy as np
 
 from jaxdp.accountants import epsilon_for_delta, method_info
 from jaxdp.mechanisms import Composition, MixtureOfGaussians, PoissonSubsampledGaussian
+from jaxdp.numerics import host_largest_satisfying
 from jaxdp.numerics import validate as _validate
 
 #: The largest number of further steps :meth:`PrivacyTracker.steps_left` searches.
@@ -254,32 +255,7 @@ class PrivacyTracker:
             shift = (target - c) / slope
             if math.isfinite(shift):
                 n1 = int(min(max(guess + math.floor(shift), 1), limit))
-        if ok(n1):
-            lo, hi, step = n1, None, 1
-            while hi is None:  # gallop up
-                cand = min(lo + step, limit)
-                if cand == lo:
-                    return lo
-                if ok(cand):
-                    lo, step = cand, step * 2
-                else:
-                    hi = cand
-        else:
-            lo, hi, step = None, n1, 1
-            while lo is None:  # gallop down
-                cand = hi - step
-                if cand < 1:
-                    if not ok(1):
-                        return 0
-                    lo = 1
-                elif ok(cand):
-                    lo = cand
-                else:
-                    hi, step = cand, step * 2
-        while hi - lo > 1:  # invariant: ok(lo), not ok(hi)
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if ok(mid) else (lo, mid)
-        return lo
+        return host_largest_satisfying(ok, n1, limit)
 
     def _estimate_guess(self, sigma, q, limit=_SEARCH_LIMIT):
         """``(n, slope)``: the largest ``n <= limit`` whose estimate is within the target (to 0.5 %; 1 when there
