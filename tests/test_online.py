@@ -111,6 +111,40 @@ def test_steps_the_samples_cannot_vouch_for_are_refused():
     assert bool(jnp.all(jnp.isnan(c.epsilon))) and bool(jnp.all(jnp.isnan(c.ci_high)))
 
 
+def test_a_refused_add_direction_is_answered_where_its_losses_are_bounded_below_the_other():
+    """Poisson-subsampled Gaussian, add adjacency: the loss is at most ``-log(1 - q)`` per step (the mechanism's
+    exact ``max_privacy_loss``), so ``k`` steps' add epsilon is at most ``-k log(1 - q)``.  At sigma = 0.6,
+    q = 0.01, delta = 1e-10 the add direction's samples cannot vouch for several steps, and the combined curve
+    answers them with the remove direction, whose interval lies above that bound.  (With the bound of a loss grid,
+    +inf, every such step was refused.)"""
+    sigma, q, delta, steps, n = 0.6, 0.01, 1e-10, 20, 20_000
+    mech = jaxdp.PoissonSubsampledGaussian(sigma, q)
+    key = jax.random.key(0)
+    curve = jaxdp.online_epsilon(mech, delta=delta, max_steps=steps, key=key, num_samples=n)
+    with jax.enable_x64(True):
+        # the combined run's add direction (its direction index 1: the same sample stream)
+        add = jax.jit(
+            lambda k: _online._direction_curve(
+                mech,
+                "add",
+                jax.random.fold_in(k, 1),
+                jnp.log(delta),
+                _online._z(0.95),
+                max_steps=steps,
+                estimator="tilted",
+                num_samples=n,
+            )
+        )(key)
+        add = np.asarray(add)
+    refused_add = add[:, 4] > 0.5
+    assert refused_add.sum() >= 3, "the setting must refuse some add steps"
+    bound = np.arange(1, steps + 1) * -np.log1p(-q)
+    assert float(mech.max_privacy_loss("add")) == pytest.approx(-np.log1p(-q), rel=1e-12)
+    low = np.asarray(curve.ci_low)
+    assert not bool(jnp.any(curve.refused[refused_add]))
+    assert np.all(bound[refused_add] <= low[refused_add])
+
+
 def test_the_command_line_says_which_steps_are_refused(capsys):
     """``jaxdp online`` names the refused steps and why, in the report and in its JSON (null, not a number)."""
     from jaxdp.cli import main
