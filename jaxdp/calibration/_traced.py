@@ -144,82 +144,90 @@ def _run_batch(core, flat, *, method, certify, mechanism=None):
     return program_cache.call(_batch_jit, _batch, (flat,), static, keep=mechanism is None)
 
 
-class _LogParam(NamedTuple):
-    """A calibrated parameter searched in ``u``, a log of it along which epsilon decreases: the bracket
-    ``[lo, hi]``, the mechanism at ``u`` (given the other, fixed, hyperparameter) and the parameter's value."""
+class _Param(NamedTuple):
+    """A calibrated hyperparameter, searched in ``u``, a log of it: the bracket ``[lo, hi]``, the parameter's value
+    at ``u``, and the query there, ``(mechanism, num_steps)`` given the parameter's value and the fixed
+    hyperparameters.  ``count``: the parameter is a number of steps (epsilon increases along ``u``; the answer is a
+    whole number at most ``exp(hi)``, certified as the largest count within budget, and has no derivative);
+    otherwise epsilon decreases along ``u`` and the answer carries its implicit derivatives."""
 
     lo: object
     hi: object
-    mechanism: Callable  # (u, other) -> mechanism
     value: Callable  # u -> the parameter
+    query: Callable  # (parameter, fixed) -> (mechanism, num_steps)
+    count: bool = False
+    limit: object = None  # (a count: the largest, exp(hi))
 
 
-def _log_param_core(spec: _LogParam, target, delta, other, num_steps, *, method, certify):
-    """The search for a parameter of :class:`_LogParam` (the noise multiplier, the sampling probability)."""
+def _param_core(spec: _Param, target, delta, fixed, *, method, certify):
+    """The search for the parameter of ``spec`` at the fixed hyperparameters ``fixed`` (a tuple)."""
     log_delta = jnp.log(delta)
 
     def h(u, name, p):  # decreasing in u
-        t, ld, n, o = p
-        return _log_delta_gap(to_f64(as_composition(spec.mechanism(u, o), n)), t, ld, name)
+        t, ld, *f = p
+        mech, n = spec.query(spec.value(u), tuple(f))
+        gap = _log_delta_gap(to_f64(as_composition(mech, n)), t, ld, name)
+        return -gap if spec.count else gap
 
-    def eps(x, name):
-        return _epsilon(spec.mechanism(x, other), num_steps, delta, name)
+    def eps(x, name):  # (x: the parameter's value)
+        return _epsilon(*spec.query(x, fixed), delta, name)
 
-    root = _solve(h, (target, log_delta, num_steps, other), spec.lo, spec.hi, method)
+    root = _solve(h, (target, log_delta, *fixed), spec.lo, spec.hi, method)
+    if spec.count:
+        return _count_answer(spec, root, eps, target, method=method, certify=certify)
     u = jnp.where(root.below, spec.lo, root.u)  # below: the bracket's low end already fits (e.g. q = 1)
-    u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps, u, root, target, spec.hi, root.below, method, certify)
+    eps_u = lambda x, name: eps(spec.value(x), name)  # noqa: E731
+    u_c, eps_e, eps_c, rounds, ok = _certify_log_param(eps_u, u, root, target, spec.hi, root.below, method, certify)
     value = jnp.where(root.above, jnp.nan, spec.value(u_c))
     return value, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
 
 
-def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, certify, mechanism=None):
-    family = _psg_family if mechanism is None else (lambda sigma, _: mechanism(sigma))
-    # u = log sigma
-    spec = _LogParam(math.log(SIGMA_MIN), jnp.log(sigma_max), lambda u, q: family(jnp.exp(u), q), jnp.exp)
-    return _log_param_core(spec, target, delta, sampling_prob, num_steps, method=method, certify=certify)
-
-
-def _q_core(target, delta, sigma, num_steps, *, method, certify):
-    # u = -log q
-    spec = _LogParam(
-        0.0,
-        -math.log(SAMPLING_PROB_MIN),
-        lambda u, s: PoissonSubsampledGaussian(s, jnp.exp(-u)),
-        lambda u: jnp.exp(-u),
-    )
-    return _log_param_core(spec, target, delta, sigma, num_steps, method=method, certify=certify)
-
-
-# -- number of steps ------------------------------------------------------------------------------
-
-
-def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
-    mech = PoissonSubsampledGaussian(sigma, q)
-    log_delta = jnp.log(delta)
-
-    def h(u, name, p):  # decreasing in u = log steps
-        t, ld, s, qq = p
-        comp = to_f64(as_composition(PoissonSubsampledGaussian(s, qq), jnp.exp(u)))
-        return -_log_delta_gap(comp, t, ld, name)
-
-    def eps(m, name):
-        return _epsilon(mech, m, delta, name)
-
-    lo, hi = 0.0, jnp.log(max_steps)
-    root = _solve(h, (target, log_delta, sigma, q), lo, hi, method)
+def _count_answer(spec: _Param, root: _Root, eps, target, *, method, certify):
+    """The whole number of steps from the search's root (the floor of ``exp(u)``), then the largest certified count."""
+    max_steps = spec.limit
     infeasible, at_max = root.below, root.above
     u = jax.lax.stop_gradient(root.u)  # an integer answer: no gradient
     n = jnp.where(at_max, max_steps, jnp.maximum(jnp.floor(jnp.exp(u) * (1 + 1e-12)), 1.0))
-
     if certify is None:
         eps_c, rounds, ok, at_limit = jnp.asarray(jnp.nan, jnp.float64), 0, jnp.asarray(True), at_max
     else:
         n, eps_c, rounds, ok = largest_certified_count(lambda m: eps(m, certify), n, target, max_steps)
         infeasible = infeasible | (n < 1)
         at_limit = ok & (n >= max_steps)
-    eps_e = _estimate_at(jnp.log(jnp.maximum(n, 1.0)), root, target, lambda v: eps(jnp.exp(v), method))
+    eps_e = _estimate_at(jnp.log(jnp.maximum(n, 1.0)), root, target, lambda v: eps(spec.value(v), method))
     n = jnp.where(infeasible, jnp.nan, n)
     return n, eps_e, eps_c, root.iterations + rounds, _status(infeasible, ok, at_limit)
+
+
+def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, certify, mechanism=None):
+    family = _psg_family if mechanism is None else (lambda sigma, _: mechanism(sigma))
+    # u = log sigma
+    spec = _Param(math.log(SIGMA_MIN), jnp.log(sigma_max), jnp.exp, lambda s, f: (family(s, f[1]), f[0]))
+    return _param_core(spec, target, delta, (num_steps, sampling_prob), method=method, certify=certify)
+
+
+def _q_core(target, delta, sigma, num_steps, *, method, certify):
+    # u = -log q
+    spec = _Param(
+        0.0,
+        -math.log(SAMPLING_PROB_MIN),
+        lambda u: jnp.exp(-u),
+        lambda q, f: (PoissonSubsampledGaussian(f[1], q), f[0]),
+    )
+    return _param_core(spec, target, delta, (num_steps, sigma), method=method, certify=certify)
+
+
+def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
+    # u = log steps
+    spec = _Param(
+        0.0,
+        jnp.log(max_steps),
+        jnp.exp,
+        lambda n, f: (PoissonSubsampledGaussian(f[0], f[1]), n),
+        count=True,
+        limit=max_steps,
+    )
+    return _param_core(spec, target, delta, (sigma, q), method=method, certify=certify)
 
 
 _CORES = {f.__name__: f for f in (_noise_core, _q_core, _steps_core)}
