@@ -417,6 +417,16 @@ def test_the_certified_host_search_gives_the_traced_programs_values(method):
             assert ran == [_search._pass_jit] * 2  # (one pass per direction, no ranking)
 
 
+def test_the_certified_host_search_answers_nan_for_an_invalid_query():
+    """A mechanism rebuilt by pytree operations is never checked by its constructor: the host-staged search answers
+    NaN for its out-of-range parameters, as the traced program does (regression: it answered 0 at sigma = -1,
+    q = -0.01, and a number at q = 1.5)."""
+    psg = jaxdp.PoissonSubsampledGaussian(1.0, 0.01)
+    for leaves in ([-1.0, -0.01], [1.0, 0.0], [3.0, 1.5]):
+        bad = jax.tree.unflatten(jax.tree.structure(psg), leaves)
+        assert math.isnan(float(jaxdp.epsilon_for_delta(bad, num_steps=10, delta=1e-5, method="certified-fast")))
+
+
 def test_register_method_rejects_bad_infos():
     with pytest.raises(TypeError):
         jaxdp.register_method("rdp")

@@ -1,9 +1,8 @@
 """The certified accountant's entry points: the certified delta at epsilon and the certified epsilon.
 
-Each direction's bound is the smallest of verified ones: the FFT window's (every candidate
-checked by the direct formula), the saddle-point bound re-checked, the pure-DP bound of a loss
-bounded above, and, only where all fail, Rényi DP with checked orders.  The window is tilted at
-the saddle point of the estimate, and retried at other tilts when the root lands far from it.
+Each direction's bound is the smallest of verified ones: the FFT window's (every candidate checked by the direct
+formula), the saddle-point bound re-checked, the pure-DP bound of a loss bounded above, and, only where all fail,
+Rényi DP with checked orders.  The window is tilted at the estimate's saddle point, and retried at other tilts.
 
 Construction, proof of domination, floating-point model and references:
 ``docs/accountants/certified.md``; the soundness review: ``docs/soundness.md``.
@@ -222,8 +221,7 @@ def _ranked_tilt(comp, direction, log_delta, eps_ref, grid):
 
 
 def _rank_grid(grid):
-    """The lattice the second pass ranks its tilts on: the coarse one for the fine lattice (several times cheaper),
-    the solve's own otherwise."""
+    """The lattice the second pass ranks its tilts on: the coarse one (several times cheaper), or the solve's own."""
     return FAST_GRID if grid is None else grid
 
 
@@ -339,13 +337,10 @@ def _best_of_passes(comp, direction, log_delta, eps1, eps2, eps_sp):
 
 
 # -- the search for concrete inputs: its passes as programs of their own, the host between them ---------------------
-#
-# Traced, the two passes are one program, and a query that needs only the first compiles the second too (the coarse
-# search's window: ~40 % of the program).  For concrete inputs the host runs the steps one by one: pass 1 (one
-# direction's program, the direction as data, so both directions share it), then, where that direction needs it, the
-# ranking (one program, on FAST_GRID for both certified methods) and the same pass program again at the ranked tilt.
-# A query compiles the ranking only where its search takes the second pass, and never the two-pass program; the
-# values are the traced program's (the same functions on the same inputs; the host only takes minima and maxima).
+# Traced, the two passes are one program, and a query that needs only the first compiles the second too.  For
+# concrete inputs the host runs pass 1 (one direction's program, the direction as data: both share it), then, where
+# a direction needs it, the ranking (one program, FAST_GRID, for both methods) and the pass program at the ranked
+# tilt.  The values are the traced program's: the same functions on the same inputs, the host taking minima and maxima.
 
 
 class HostPass(NamedTuple):
@@ -360,6 +355,8 @@ class HostPass(NamedTuple):
       need: after a first pass, whether the second runs; ``ref``: its reference epsilon.
       value: the direction's epsilon where no second pass follows (``max(best, 0)``; NaN where ``best`` is not
         finite): the next direction's ``worst``, given to its program before this one's result reaches the host.
+      valid: the composition's parameters are in range and ``0 < delta < 1`` (else NaN, as the traced program: a
+        mechanism rebuilt by pytree operations is never checked by its constructor).
     """
 
     skipped: jax.Array
@@ -368,6 +365,7 @@ class HostPass(NamedTuple):
     need: jax.Array
     ref: jax.Array
     value: jax.Array
+    valid: jax.Array
 
 
 def pass_program(comp, flag, delta, worst, tilt, ref, *, direction=None, grid=None, facts=None) -> HostPass:
@@ -392,7 +390,8 @@ def pass_program(comp, flag, delta, worst, tilt, ref, *, direction=None, grid=No
         nan = jnp.asarray(jnp.nan, jnp.float64)
         best, solved, need, ref1 = jax.lax.cond(~skipped, run, lambda _: (nan, nan, jnp.asarray(False), nan), None)
         value = jnp.where(jnp.isfinite(best), jnp.maximum(best, 0.0), jnp.nan)
-        return HostPass(skipped, best, solved, need, ref1, value)
+        valid = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)  # (_programs._valid_query's)
+        return HostPass(skipped, best, solved, need, ref1, value, valid)
 
 
 def rank_program(comp, flag, delta, ref, *, direction=None, grid=FAST_GRID, facts=None):
@@ -430,6 +429,8 @@ def host_epsilon(comp, delta, *, grid, facts, call):
         pending.append((worst_given, first_pass(i, worst_given)))
         worst_given = pending[-1][1].value
     given, results = jax.device_get(([w for w, _ in pending], [r for _, r in pending]))
+    if not all(bool(r.valid) for r in results):
+        return nan
     worst = -np.inf
     for i, r in enumerate(results):
         if i > 0 and bool(r.skipped) and not float(given[i]) == worst:
@@ -443,7 +444,7 @@ def host_epsilon(comp, delta, *, grid, facts, call):
             args = (comp, *_direction_args(comp, i, scanned), delta)
             tilt = call(_rank_jit, rank_program, (*args, r.ref), kw(i, grid=_rank_grid(grid)))
             if np.isfinite(float(tilt)):
-                second = call(_pass_jit, pass_program, (*args, jnp.asarray(-jnp.inf), tilt, r.ref), kw(i))
+                second = call(_pass_jit, pass_program, (*args, jnp.asarray(-jnp.inf, jnp.float64), tilt, r.ref), kw(i))
                 best = min(best, float(second.solved))
         if not np.isfinite(best):
             return nan
