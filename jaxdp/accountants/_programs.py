@@ -9,6 +9,7 @@ import jax.numpy as jnp
 
 from jaxdp.accountants._registry import MethodInfo, Screened, WithFallback, compile_hints, method_info
 from jaxdp.accountants._staging import Facts, assume, assumed
+from jaxdp.accountants._staging import valid_query as _valid_query
 from jaxdp.mechanisms import Composition
 from jaxdp.numerics import nan_to
 
@@ -149,13 +150,6 @@ def _shared_screen(info):
     if compile_hints(info).direction_as_data != compile_hints(backup).direction_as_data:
         return None
     return backup.screen_stage
-
-
-def _valid_query(comp, arg, name):
-    """The traced inputs are in range: ``epsilon >= 0`` or ``0 < delta < 1``, finite, and a valid composition."""
-    if name == "epsilon":
-        return comp.valid() & jnp.isfinite(arg) & (arg >= 0)
-    return comp.valid() & jnp.isfinite(arg) & (arg > 0) & (arg < 1)
 
 
 def _with_fallback(of_composition, name):

@@ -14,11 +14,12 @@ import dataclasses
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from jaxdp.numerics._validate import is_concrete
 
-__all__ = ["FEW_STEPS", "Facts", "assume", "assumed", "of_concrete"]
+__all__ = ["FEW_STEPS", "Facts", "assume", "assumed", "of_concrete", "valid_query"]
 
 #: up to this many steps of one two-point mixture the saddle-point estimate is exact, not the split's
 FEW_STEPS = 3
@@ -70,3 +71,11 @@ def of_concrete(mechanism, num_steps=1) -> Facts:
         [np.ravel(np.asarray(x, np.float64)) for x in leaves[1:]] or [np.ones(1)]
     )
     return Facts(no_few_steps=bool(np.all((counts == 0) | (counts > FEW_STEPS))))
+
+
+def valid_query(comp, arg, name):
+    """The inputs are in range: ``epsilon >= 0`` (``name == "epsilon"``) or ``0 < delta < 1``, finite, and a valid
+    composition (traced, or concrete: a mechanism rebuilt by pytree operations is never checked by its constructor)."""
+    if name == "epsilon":
+        return comp.valid() & jnp.isfinite(arg) & (arg >= 0)
+    return comp.valid() & jnp.isfinite(arg) & (arg > 0) & (arg < 1)

@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxdp.accountants import _bounds, _cgf
 from jaxdp.accountants._registry import CompileHints, MethodInfo, screened
-from jaxdp.accountants._staging import assume, assumed
+from jaxdp.accountants._staging import assume, assumed, valid_query
 from jaxdp.accountants.certified._constants import (
     _EPS_NUDGES,
     _U,
@@ -390,8 +390,7 @@ def pass_program(comp, flag, delta, worst, tilt, ref, *, direction=None, grid=No
         nan = jnp.asarray(jnp.nan, jnp.float64)
         best, solved, need, ref1 = jax.lax.cond(~skipped, run, lambda _: (nan, nan, jnp.asarray(False), nan), None)
         value = jnp.where(jnp.isfinite(best), jnp.maximum(best, 0.0), jnp.nan)
-        valid = comp.valid() & jnp.isfinite(delta) & (delta > 0) & (delta < 1)  # (_programs._valid_query's)
-        return HostPass(skipped, best, solved, need, ref1, value, valid)
+        return HostPass(skipped, best, solved, need, ref1, value, valid_query(comp, delta, "delta"))
 
 
 def rank_program(comp, flag, delta, ref, *, direction=None, grid=FAST_GRID, facts=None):
