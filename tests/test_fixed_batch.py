@@ -376,8 +376,9 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
         return cli.run(cli.build_parser().parse_args(line.split()))
 
     fixed = "--sampling fixed --dataset-size 10 --batch-size 5"
-    # the fixed batch of 5 out of 10 at sigma = 2 is the PSG at (1, 5 / 11): an independent Monte Carlo run
-    twin = jaxdp.PoissonSubsampledGaussian(1.0, 5 / 11)
+    # add-or-remove takes the neighbour with n = N - 1 = 9 records, so the fixed batch of 5 out of 10 at
+    # sigma = 2 is the PSG at (1, 5 / (9 + 1)): an independent Monte Carlo run of that twin
+    twin = jaxdp.PoissonSubsampledGaussian(1.0, 0.5)
     ref = jaxdp.montecarlo_delta(twin, epsilon=1.0, num_steps=4, key=jax.random.key(7), num_samples=200_000)
     _, rec = run(f"verify --sigma 2 --steps 4 --epsilon 1 --delta-est 0.3 --seed 1 --json {fixed}")
     assert rec["sampling"] == "fixed" and rec["q"] == pytest.approx(0.5)
@@ -386,7 +387,7 @@ def test_cli_verify_online_and_sweep_take_fixed_batches(capsys, tmp_path):
     _, rec = run(f"online --sigma 4 --steps 3 --delta 1e-3 --samples 20000 --json {fixed}")
     assert rec["sampling"] == "fixed" and rec["steps"] == [1, 2, 3]
     rdp = float(
-        jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(2.0, 5 / 11), delta=1e-3, num_steps=3, method="rdp")
+        jaxdp.epsilon_for_delta(jaxdp.PoissonSubsampledGaussian(2.0, 0.5), delta=1e-3, num_steps=3, method="rdp")
     )
     assert 0 < rec["epsilon"][-1] <= rdp  # under RDP's (proven, looser) bound of the equivalent PSG
     out = tmp_path / "sweep.csv"

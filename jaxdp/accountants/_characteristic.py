@@ -332,7 +332,7 @@ METHODS = (
             log_delta=log_delta_characteristic,
             epsilon=epsilon_characteristic,
         ),
-        fallback="certified",
+        fallback="certified-fast",
         log_delta_or_nan=log_delta_characteristic_or_nan,
         epsilon_or_nan=functools.partial(epsilon_characteristic, unreliable="nan"),
         epsilon_or_nan_given_screen=lambda c, d, a, s: epsilon_characteristic(c, d, a, unreliable="nan", stage=s),
