@@ -82,7 +82,7 @@ CASES = {
         _MNIST["delta"],
         Oracle(_MNIST["epsilon"] - 1e-5, _MNIST["epsilon"], _MNIST["dp_accounting_pld"], 1e-8),
     ),
-    "schedule": (  # certified-fast: ~1e-4 looser than certified at most (its registry entry)
+    "schedule": (  # certified-fast: ~1e-4 looser than certified here (docs/accountants/certified.md)
         ev.ComposedDpEvent([_psg(0.01, 1.1, 500), _psg(0.02, 1.5, 300)]),
         "certified-fast",
         DELTA,
