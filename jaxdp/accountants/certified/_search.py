@@ -478,10 +478,7 @@ METHODS = (
         MethodInfo(
             "certified-fast",
             certified=True,
-            description=(
-                "certified on an 8x coarser lattice (proven upper bound; ~1e-4 looser, up to ~1e-3 at eps < 0.01; "
-                "~6x faster)"
-            ),
+            description="certified on an 8x coarser lattice (proven; ~1e-4 looser, ~1e-3 at eps < 0.01; 6x faster)",
             log_delta=functools.partial(log_delta_certified, grid=FAST_GRID),
             epsilon=functools.partial(epsilon_certified, grid=FAST_GRID),
             supports=_supported,
