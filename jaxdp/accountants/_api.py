@@ -371,7 +371,7 @@ def _epsilon_for_delta(mechanism, *, delta, num_steps=1, method=None):
 def _per_direction(comp: Composition, fn):
     """``[fn(d) for d in comp.directions]``, through one traced copy of ``fn`` (a ``lax.map`` over the direction as
     data, remove then add: ``comp.directions``' order) where every mechanism takes the direction as data."""
-    if len(comp.directions) == 2 and comp.direction_as_data:
+    if comp.both_directions_as_data:
         both = jax.lax.map(fn, jnp.array([False, True]))
         return [jax.tree.map(lambda x, i=i: x[i], both) for i in range(2)]
     return [fn(d) for d in comp.directions]

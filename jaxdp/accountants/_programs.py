@@ -73,7 +73,7 @@ def _worst_direction(comp: Composition, arg, info: MethodInfo, get, given_screen
 
 def _directions_scanned(comp, info) -> bool:
     """Whether the directions of ``comp`` are the two steps of one ``lax.scan`` (see :func:`_worst_direction`)."""
-    return len(comp.directions) == 2 and compile_hints(info).direction_as_data and comp.direction_as_data
+    return comp.both_directions_as_data and compile_hints(info).direction_as_data
 
 
 def _screen_and_worst(comp, arg, screen_stage, fn, scanned: bool):

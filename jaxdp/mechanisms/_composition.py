@@ -212,6 +212,12 @@ class Composition(AbstractMechanism):
         return all(m.direction_as_data for m in self.mechanisms)
 
     @property
+    def both_directions_as_data(self) -> bool:
+        """Whether both directions are accounted and every mechanism takes the direction as data: then the two
+        directions are the two steps of one traced copy (a ``lax.scan`` or ``lax.map``, remove then add)."""
+        return len(self.directions) == 2 and self.direction_as_data
+
+    @property
     def adjacency(self):  # type: ignore[override]
         adj = {m.adjacency for m in self.mechanisms if not m.symmetric}
         if len(adj) > 1:

@@ -413,7 +413,7 @@ def host_epsilon(comp, delta, *, grid, facts, call):
     The directions' first passes are dispatched together, the second given the first's ``value`` as its ``worst``
     (one wait for both); where the first direction then takes its second pass, its epsilon can only fall, and the
     second direction's pass runs again with it where the screen had skipped it."""
-    scanned = len(comp.directions) == 2 and comp.direction_as_data
+    scanned = comp.both_directions_as_data
     facts = dataclasses.replace(facts, light=True)
     nan = jnp.asarray(jnp.nan, jnp.float64)
 
