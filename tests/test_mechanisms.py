@@ -47,6 +47,34 @@ def test_gaussian_cgf_closed_form():
             assert complex(m.cgf(t)) == pytest.approx(t * (t + 1) / 8, rel=1e-15)
 
 
+def test_cgf_cumulants_are_the_cgfs_derivatives():
+    """``cgf_cumulants``: ``K`` and its first four derivatives, against the Gaussian's closed form (``K = t (1 + t)
+    mu^2 / 2``: cumulants ``(1 + 2 t) mu^2 / 2``, ``mu^2``, 0, 0) and mpmath's numerical derivatives of the Laplace
+    CGF's closed form ``t / b + log((1 + e^{-x}) / 2 + (1 - e^{-x}) / (2 b x))``, ``x = (1 + 2 t) / b`` (itself
+    checked against quadrature above); symmetric pairs, one CGF for both directions; order 2 is
+    ``cgf_derivatives``."""
+
+    def laplace_closed(t, b):
+        x = (1 + 2 * t) / b
+        return t / b + mp.log((1 + mp.exp(-x)) / 2 + (1 - mp.exp(-x)) / (2 * b * x))
+
+    with x64():
+        for direction in ("remove", "add"):
+            for t in (0.4, 3.0):
+                got = [float(k) for k in jaxdp.Gaussian(2.0).cgf_cumulants(t, direction)]
+                want = [t * (1 + t) / 8, (1 + 2 * t) / 8, 0.25, 0.0, 0.0]
+                assert got == pytest.approx(want, rel=1e-14, abs=1e-14)
+            for b, t in ((1.0, 0.4), (5.0, 3.0)):
+                m = jaxdp.Laplace(b)
+                got = [float(k) for k in m.cgf_cumulants(t, direction)]
+                with mp.workdps(40):
+                    want = [float(mp.diff(lambda s, b=b: laplace_closed(s, mp.mpf(b)), mp.mpf(t), n)) for n in range(5)]
+                assert abs(want[0] - float(laplace_cgf(t, b).real)) < 1e-12  # (the closed form is the quadrature's)
+                scale = max(abs(w) for w in want[1:])
+                assert got == pytest.approx(want, rel=1e-9, abs=1e-10 * scale)
+                assert [float(k) for k in m.cgf_derivatives(t, direction)] == got[:3]
+
+
 @pytest.mark.parametrize("name", ["psg", "mog"])
 def test_add_direction_is_swapped_pair(name):
     """K_add from an independent mpmath integral of the swapped densities."""

@@ -154,16 +154,32 @@ class AbstractMechanism:
     def cgf_derivatives(self, t, direction: str = "remove"):
         """``(K(t), K'(t), K''(t))`` at real ``t``.
 
-        By default by forward-mode differentiation of :meth:`cgf`; a mechanism whose ``K`` is a quadrature
-        gives all three from one rule (the tilted mean and variance of the loss on its nodes), so that an
-        accountant traces the rule once, not once per derivative.
+        By default :meth:`cgf_cumulants` to order 2 (forward-mode differentiation of :meth:`cgf`); a mechanism
+        whose ``K`` is a quadrature gives all three from one rule (the tilted mean and variance of the loss on its
+        nodes), so that an accountant traces the rule once, not once per derivative.
+        """
+        return self.cgf_cumulants(t, direction, order=2)
+
+    def cgf_cumulants(self, t, direction: str = "remove", *, order: int = 4):
+        """``(K(t), K'(t), ..., K^(order)(t))`` at real ``t``: ``K`` and the first ``order`` cumulants of the loss
+        tilted by ``e^{t L}``, by nested forward-mode differentiation of :meth:`cgf`.
+
+        One nest of ``order`` jvps carries every lower derivative along (each level returns its primal
+        outputs and the newest tangent), so :meth:`cgf` is traced once, not once per order.
         """
 
-        def k01(s):
-            return jax.jvp(lambda v: self.cgf(v, direction), (s,), (jnp.ones_like(s),))
+        def jet(n):
+            if n == 0:
+                return lambda s: (self.cgf(s, direction),)
+            lower = jet(n - 1)
 
-        (k0, k1), (_, k2) = jax.jvp(k01, (t,), (jnp.ones_like(t),))
-        return k0, k1, k2
+            def f(s):
+                primal, tangent = jax.jvp(lower, (s,), (jnp.ones_like(s),))
+                return (*primal, tangent[-1])
+
+            return f
+
+        return jet(order)(t)
 
     def privacy_loss(self, x, direction: str = "remove"):
         """Privacy loss ``log P(x) / Q(x)`` at output ``x``."""

@@ -249,7 +249,7 @@ def _nojump_cumulants(comp, direction, t):
             nd = _tilted_nodes(m, direction, t, NOJUMP_NODES)
             k0m, (_, km) = nd.log_m, _node_cumulants(nd.log_w, nd.ell)
         else:
-            k0m, km = m.cgf(t, direction), _jvp_cumulants(m, direction, t)
+            k0m, km = _jvp_cumulants(m, direction, t)
         return k0 + n * k0m, kap + n * km
 
     return scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(4)))

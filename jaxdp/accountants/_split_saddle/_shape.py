@@ -50,16 +50,9 @@ def _node_cumulants(log_w, ell):
 
 
 def _jvp_cumulants(mech, direction, t):
-    """``k1..k4`` of one step's tilted loss by nested forward-mode derivatives of its CGF."""
-
-    def d(f):
-        return lambda s: jax.jvp(f, (s,), (jnp.ones_like(s),))[1]
-
-    f1 = d(lambda s: mech.cgf(s, direction))
-    f2 = d(f1)
-    f3 = d(f2)
-    f4 = d(f3)
-    return jnp.stack([f1(t), f2(t), f3(t), f4(t)])
+    """``(K(t), k1..k4)`` of one step's tilted loss (the mechanism's :meth:`cgf_cumulants`)."""
+    k = mech.cgf_cumulants(t, direction, order=4)
+    return k[0], jnp.stack(k[1:])
 
 
 #: the split point's constants ``(a, c)``: ``min(log(a p_0), c eps)`` (:func:`split_point`)
@@ -160,7 +153,7 @@ def _split_cumulants(has_jumps, ell, log_w, log_s, log_b):
 def step_split(mech, direction, t, eps, split=SPLIT, steps=1.0):
     """``(p_J, bulk k1..k4, jump k1..k4)`` of one step's law tilted by ``e^{t L}`` (see the module)."""
     if not isinstance(mech, MixtureMechanism):
-        k = _jvp_cumulants(mech, direction, t)
+        _, k = _jvp_cumulants(mech, direction, t)
         return jnp.zeros(()), k, k
     return _split_cumulants(*_step_nodes(mech, direction, t, eps, split, steps))
 
@@ -303,7 +296,7 @@ def _step_bulk(mech, direction, tau, eps, split=SPLIT, at=None, point=None, step
     """``(log mass, k1..k4)`` of one step's bulk (the law below the split point, sigmoid-weighted) tilted by
     ``e^{tau L}``: its mass un-normalised (``log E[e^{tau L} b(L)]``), its cumulants normalised."""
     if not isinstance(mech, MixtureMechanism):
-        return mech.cgf(tau, direction), _jvp_cumulants(mech, direction, tau)
+        return _jvp_cumulants(mech, direction, tau)
     nd = _tilted_nodes(mech, direction, tau)
     if point is None and at is not None:
         point = _split_point_of(_tilted_nodes(mech, direction, at), eps, split, steps)
