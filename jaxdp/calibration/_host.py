@@ -12,6 +12,7 @@ import numpy as np
 
 from jaxdp.accountants import internal as _internal
 from jaxdp.calibration._certify import certify_shift, largest_certified_count
+from jaxdp.calibration._params import param_of
 from jaxdp.calibration._result import (
     AT_LIMIT,
     HOST_EVALUATIONS,
@@ -20,12 +21,9 @@ from jaxdp.calibration._result import (
     LINEAR_REACH,
     NOT_CERTIFIED,
     OK,
-    SAMPLING_PROB_MIN,
-    SIGMA_MIN,
     _nudge,
-    _psg_family,
 )
-from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
+from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import host_bisect, host_secant_root, to_f64
 
 # -- host-staged calibration (concrete inputs) -----------------------------------------------------
@@ -57,13 +55,14 @@ def _host_one(solved_for, args, method, certify, mechanism):
             known[x, name] = math.inf if math.isnan(eps) else eps
         return known[x, name]
 
-    if solved_for == "num_steps":
-        sigma, q, max_steps = args[2], args[3], args[4]
+    spec, fixed = param_of(solved_for, args, math, mechanism)
 
-        def mechanism_at(m):
-            return PoissonSubsampledGaussian(sigma, q), m
+    def mechanism_at(x):  # (x: the log parameter, or the count)
+        return spec.query(x if spec.count else spec.value(x), fixed)
 
-        k1 = _gaussian_mu2_of(PoissonSubsampledGaussian(sigma, q), 1.0)
+    if spec.count:
+        max_steps = spec.limit
+        k1 = _gaussian_mu2_of(spec.query(1.0, fixed)[0], 1.0)
         ratio = mu2 / k1 if k1 > 0 else math.inf  # (K(1) rounds to 0 or below for tiny q / sigma: start at the top)
         n0 = min(max(math.floor(ratio), 1.0), max_steps) if math.isfinite(ratio) else max_steps
         n, _, evals, found = largest_certified_count(
@@ -79,20 +78,7 @@ def _host_one(solved_for, args, method, certify, mechanism):
         eps_e = epsilon(max(count, 1.0), method)
         return value, eps_e, eps_c, evals + rounds, _host_status(infeasible, ok, ok and count >= max_steps)
 
-    if solved_for == "noise_multiplier":
-        q, num_steps = args[2], args[3]
-        family = mechanism or (lambda s: _psg_family(s, q))
-        lo, hi = math.log(SIGMA_MIN), math.log(args[4])  # x = log sigma
-
-        def mechanism_at(x):
-            return family(math.exp(x)), num_steps
-
-    else:  # sampling_prob
-        sigma, num_steps = args[2], args[3]
-        lo, hi = 0.0, -math.log(SAMPLING_PROB_MIN)  # x = -log q
-
-        def mechanism_at(x):
-            return PoissonSubsampledGaussian(sigma, math.exp(-x)), num_steps
+    lo, hi = spec.lo, spec.hi
 
     def log_mu2(x):
         mech, num_steps = mechanism_at(x)
@@ -129,7 +115,7 @@ def _host_one(solved_for, args, method, certify, mechanism):
     else:
         nudge = 0.0 if below else _nudge(certify)  # a value at the edge is checked as it is
         x_c, eps_c, rounds, ok = certify_shift(lambda v: epsilon(v, certify), x, target, hi, nudge, xp=np)
-    value = math.exp(x_c) if solved_for == "noise_multiplier" else math.exp(-x_c)
+    value = spec.value(x_c)
     return value, _host_estimate_at(x_c, known, method, epsilon), eps_c, evals + rounds, _host_status(False, ok, below)
 
 

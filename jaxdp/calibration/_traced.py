@@ -4,8 +4,6 @@ estimate with its own derivative, then the certified check as a ``while_loop``, 
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from typing import NamedTuple
 
 import jax
@@ -13,17 +11,15 @@ import jax.numpy as jnp
 
 from jaxdp.accountants import internal as _internal
 from jaxdp.calibration._certify import certify_shift, largest_certified_count
+from jaxdp.calibration._params import Param, param_of
 from jaxdp.calibration._result import (
     LINEAR_REACH,
     METHOD_XTOL,
-    SAMPLING_PROB_MIN,
-    SIGMA_MIN,
     _epsilon,
     _nudge,
-    _psg_family,
     _status,
 )
-from jaxdp.mechanisms import PoissonSubsampledGaussian, as_composition
+from jaxdp.mechanisms import as_composition
 from jaxdp.numerics import (
     implicit_root,
     nan_to,
@@ -144,22 +140,7 @@ def _run_batch(core, flat, *, method, certify, mechanism=None):
     return program_cache.call(_batch_jit, _batch, (flat,), static, keep=mechanism is None)
 
 
-class _Param(NamedTuple):
-    """A calibrated hyperparameter, searched in ``u``, a log of it: the bracket ``[lo, hi]``, the parameter's value
-    at ``u``, and the query there, ``(mechanism, num_steps)`` given the parameter's value and the fixed
-    hyperparameters.  ``count``: the parameter is a number of steps (epsilon increases along ``u``; the answer is a
-    whole number at most ``exp(hi)``, certified as the largest count within budget, and has no derivative);
-    otherwise epsilon decreases along ``u`` and the answer carries its implicit derivatives."""
-
-    lo: object
-    hi: object
-    value: Callable  # u -> the parameter
-    query: Callable  # (parameter, fixed) -> (mechanism, num_steps)
-    count: bool = False
-    limit: object = None  # (a count: the largest, exp(hi))
-
-
-def _param_core(spec: _Param, target, delta, fixed, *, method, certify):
+def _param_core(spec: Param, target, delta, fixed, *, method, certify):
     """The search for the parameter of ``spec`` at the fixed hyperparameters ``fixed`` (a tuple)."""
     log_delta = jnp.log(delta)
 
@@ -182,7 +163,7 @@ def _param_core(spec: _Param, target, delta, fixed, *, method, certify):
     return value, eps_e, eps_c, root.iterations + rounds, _status(root.above, ok, root.below)
 
 
-def _count_answer(spec: _Param, root: _Root, eps, target, *, method, certify):
+def _count_answer(spec: Param, root: _Root, eps, target, *, method, certify):
     """The whole number of steps from the search's root (the floor of ``exp(u)``), then the largest certified count."""
     max_steps = spec.limit
     infeasible, at_max = root.below, root.above
@@ -200,34 +181,19 @@ def _count_answer(spec: _Param, root: _Root, eps, target, *, method, certify):
 
 
 def _noise_core(target, delta, sampling_prob, num_steps, sigma_max, *, method, certify, mechanism=None):
-    family = _psg_family if mechanism is None else (lambda sigma, _: mechanism(sigma))
-    # u = log sigma
-    spec = _Param(math.log(SIGMA_MIN), jnp.log(sigma_max), jnp.exp, lambda s, f: (family(s, f[1]), f[0]))
-    return _param_core(spec, target, delta, (num_steps, sampling_prob), method=method, certify=certify)
+    row = (target, delta, sampling_prob, num_steps, sigma_max)
+    spec, fixed = param_of("noise_multiplier", row, jnp, mechanism)
+    return _param_core(spec, target, delta, fixed, method=method, certify=certify)
 
 
 def _q_core(target, delta, sigma, num_steps, *, method, certify):
-    # u = -log q
-    spec = _Param(
-        0.0,
-        -math.log(SAMPLING_PROB_MIN),
-        lambda u: jnp.exp(-u),
-        lambda q, f: (PoissonSubsampledGaussian(f[1], q), f[0]),
-    )
-    return _param_core(spec, target, delta, (num_steps, sigma), method=method, certify=certify)
+    spec, fixed = param_of("sampling_prob", (target, delta, sigma, num_steps), jnp)
+    return _param_core(spec, target, delta, fixed, method=method, certify=certify)
 
 
 def _steps_core(target, delta, sigma, q, max_steps, *, method, certify):
-    # u = log steps
-    spec = _Param(
-        0.0,
-        jnp.log(max_steps),
-        jnp.exp,
-        lambda n, f: (PoissonSubsampledGaussian(f[0], f[1]), n),
-        count=True,
-        limit=max_steps,
-    )
-    return _param_core(spec, target, delta, (sigma, q), method=method, certify=certify)
+    spec, fixed = param_of("num_steps", (target, delta, sigma, q, max_steps), jnp)
+    return _param_core(spec, target, delta, fixed, method=method, certify=certify)
 
 
 _CORES = {f.__name__: f for f in (_noise_core, _q_core, _steps_core)}
