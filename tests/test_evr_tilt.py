@@ -148,3 +148,26 @@ def test_a_subsampled_gaussian_with_q_1_is_drawn_as_the_gaussian():
         assert abs(float(est.value) - truth) <= 5 * float(est.stderr) and float(est.stderr) < 0.01 * truth
     plan = jaxdp.evr_plan(jaxdp.PoissonSubsampledGaussian(4.0, 1.0), num_steps=16, epsilon=eps, delta_est=truth)
     assert plan.estimators == ("tilted-exact", "tilted-exact")
+
+
+@pytest.mark.parametrize("tilt", [1.0, 3.0, 14.0, 15.0, 40.0])
+def test_the_component_pick_is_the_inverse_cdf_and_stays_on_the_live_components(tilt):
+    """The subsampled step's component under remove: the number of cumulative probabilities the uniform reaches
+    (numpy's searchsorted on the same table), by comparisons for a short table and a binary search for a long
+    one; never past the last live component ``1 + t``, even for a uniform above the rounded sum of the others."""
+    _, parts = parts_of(jaxdp.PoissonSubsampledGaussian(0.8, 0.3, adjacency="remove"), 10)
+    with jax.enable_x64(True):
+        cum = _exact_tilt.proposals(parts, "remove", jnp.float64(tilt))[0].cum
+        finite = np.asarray(cum)[np.isfinite(np.asarray(cum))]
+        assert finite.size == tilt + 1 and np.all(np.diff(finite) >= 0)  # the components 0 .. 1 + t but the last
+        u = np.concatenate(
+            [
+                np.linspace(0.0, 1.0 - 2.0**-53, 2001),
+                finite,
+                np.nextafter(finite, 0.0),
+                [1.0 - 2.0**-53, np.nextafter(finite[-1], 1.0)],
+            ]
+        )
+        k = np.asarray(_exact_tilt._pick(cum, jnp.asarray(u)))
+    np.testing.assert_array_equal(k, np.searchsorted(np.asarray(cum), u, side="right"))
+    assert k.min() >= 0 and k.max() == tilt + 1  # (at t = 40 the first components have probability ~0)

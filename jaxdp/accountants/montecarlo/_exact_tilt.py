@@ -169,7 +169,10 @@ def proposals(parts, direction, tilt):
         else:
             terms = _psg_log_terms(s, jax.lax.stop_gradient(q), tilt)
             cum = jnp.cumsum(jnp.exp(terms - jax.nn.logsumexp(terms)))
-            out.append(ExactProposal(cum.at[-1].set(1.0), jnp.zeros(()), s, tilt, log_m, None))
+            # P(K <= k) for k below the last live component 1 + t, +inf from it on: a uniform above the rounded sum
+            # of the others (a few ulps below 1) picks the last live component, never one past it
+            cum = jnp.where(jnp.arange(cum.shape[0]) < 1.0 + tilt, cum, jnp.inf)
+            out.append(ExactProposal(cum, jnp.zeros(()), s, tilt, log_m, None))
     return out
 
 
@@ -182,10 +185,29 @@ def draw(prop, law, key, shape):
     if prop.cum.shape[0] == 1:
         x = prop.mu + prop.s * z
     else:
-        # the component k (its mean is k): how many cumulative probabilities the uniform reaches
-        k = jnp.searchsorted(prop.cum, prop_mod.uniform(k_u, shape), side="right", method="scan")
-        x = jnp.minimum(k, prop.cum.shape[0] - 1).astype(jnp.float64) + prop.s * z
+        x = _pick(prop.cum, prop_mod.uniform(k_u, shape)).astype(jnp.float64) + prop.s * z
     return x, law.loss(x)
+
+
+#: a tilted law with at most this many finite cumulative probabilities (components but the last) picks its
+#: component by comparing the uniform with each of them, vectorised; a longer one by a binary search per draw, which
+#: took ~40 % of a PSG step's sampling time on the CPU (`benchmarks/results/evr.md`)
+PICK_BY_COMPARE = 16
+
+
+def _pick(cum, u):
+    """The component ``k`` (its mean is ``k``) of each uniform ``u``: how many cumulative probabilities it reaches
+    (``cum``: ascending, ``+inf`` past the last live component, so ``k`` is at most that component)."""
+
+    def compare():
+        return sum((u >= cum[j]).astype(jnp.int32) for j in range(PICK_BY_COMPARE))
+
+    def search():
+        return jnp.searchsorted(cum, u, side="right", method="scan").astype(jnp.int32)
+
+    if cum.shape[0] <= PICK_BY_COMPARE:
+        return sum((u >= cum[j]).astype(jnp.int32) for j in range(cum.shape[0]))
+    return jax.lax.cond(jnp.isinf(cum[PICK_BY_COMPARE]), compare, search)
 
 
 def _draw_rejected(prop, law, key, shape):
