@@ -41,11 +41,14 @@ sys.path.insert(0, HERE)
 from _timing import once  # noqa: E402
 
 NOTE_COUNTS = (
-    "The one verification at delta ~1e-6 draws ~5e8 steps; on this 2-core CPU the exact tilt samples ~7e6"
-    " steps/s (the searchsorted pick of the binomial component is ~30 % of it), so it takes ~70 s against"
-    " the 5 s target, which needs ~1e8 steps/s: an accelerator (no device was lent to this session). A "
-    "composition of Gaussians draws its output's sum in one normal per part, hence the Fig. 3 row's 1.4 "
-    "s."
+    'The one verification at delta ~1e-6 draws ~5e8 steps (~495k samples of 1,000 steps): the 5 s target '
+    'needs ~1e8 sampled steps/s. On this 2-core CPU the exact tilt samples at about the simple '
+    "estimator's rate (per step a uniform, compared with the few cumulative probabilities of the binomial"
+    ' component, and a normal), so the target needs an accelerator (none was lent to this session; '
+    '`benchmarks/bench_gpu.py`). Until 7330c9c the component was picked by a binary search per draw, ~40 '
+    '% of a step: the sampler went from 1.9e7 to 3.1e7 steps/s and one verification from 27.7 to 21.4 s, '
+    "measured the same hour. A composition of Gaussians draws its output's sum in one normal per part, "
+    "hence the Fig. 3 row's second."
 )
 NOTE_TRIALS = (
     "0 wrong verdicts in 200 trials is what the design predicts (the estimate's standard error at the "
