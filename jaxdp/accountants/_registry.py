@@ -64,7 +64,7 @@ class MethodInfo:
 @dataclasses.dataclass(frozen=True)
 class CompileHints:
     """How the entry points may compile a registered method (given to :func:`register_method`; not the method's
-    meaning: every hint left off gives the same numbers, in a larger or slower program).
+    meaning: every hint left off gives the same numbers, to rounding, in a larger or slower program).
 
     Attributes:
       direction_as_data: ``log_delta`` and ``epsilon`` also accept ``direction`` as a boolean scalar

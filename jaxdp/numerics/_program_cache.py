@@ -32,7 +32,7 @@ __all__ = ["QUICK_COMPILE", "call", "compiled_here", "directory", "enable", "ena
 
 #: XLA options for the programs of a method registered with ``quick_compile`` (concrete inputs only; a user's own
 #: ``jit`` compiles with its own options).  XLA:CPU's legacy elemental emitters compile the accountants' long
-#: chains of scalar special functions much faster than the fusion emitters (to the same values), but make loops
+#: chains of scalar special functions much faster than the fusion emitters (the same values to rounding), but make loops
 #: over wide vectors slower: a method opts in where its queries stay within 1.2x (the measurements:
 #: ``benchmarks/results/startup.md``).  XLA versions without the option (jaxlib >= 0.11) compile as usual.
 QUICK_COMPILE = (("xla_cpu_use_fusion_emitters", False),)
