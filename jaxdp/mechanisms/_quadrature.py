@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxdp.mechanisms._log_ratio import component_posterior, mixture_log_ratio
-from jaxdp.numerics import LOG_2PI, argmax, bisect, logsumexp
+from jaxdp.numerics import LOG_2PI, argmax, bisect, implicit_root, logsumexp
 
 __all__ = [
     "HALF_WIDTH",
@@ -82,6 +82,17 @@ def _mode(lr, log_p, b):
     return jnp.where(lr >= 0, z_mm, 0.5 * (a + c))
 
 
+def _moving_mode(lr, log_p, b):
+    """:func:`_mode`, with the derivative of the mode itself: the mode's window is a window of the moving nodes, so
+    the rule's value moves with it (by ~1e-5 of the value: the rule's resolution), and a derivative without that
+    motion is that far from the value's finite differences.  The search is not differentiated (its loops would be,
+    ~700 ops in a gradient program): the implicit derivative of the root of ``g'(z) = lr wm(z) - z``, decreasing at
+    the maximum, from one evaluation there (a custom_jvp rule, traced only where a derivative is asked for)."""
+    sg = jax.lax.stop_gradient
+    m0 = _mode(sg(lr), sg(log_p), sg(b))
+    return implicit_root(lambda z, _, p: p[0] * _weights_mean(z, p[1], p[2]) - z, None, m0, (lr, log_p, b))
+
+
 def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0, mode=None):
     """Midpoint nodes on the union of windows; returns ``(z, log_h)`` (``log_h`` per node).
 
@@ -92,9 +103,8 @@ def _nodes(lr, log_p, b, nodes_per_window, half_width, shift=0.0, mode=None):
     """
     k = b.shape[0]
     present = log_p > -jnp.inf
-    if mode is None:  # (a window's placement, not a centre the moving nodes follow: no derivative traced for it)
-        sg = jax.lax.stop_gradient
-        mode = _mode(sg(lr), sg(log_p), sg(b))
+    if mode is None:
+        mode = _moving_mode(lr, log_p, b)
     # For lr < 0 the integrand is log-concave with curvature <= -1 around its
     # mode, so the component centres carry no mass: collapse them onto the mode
     # (zero-length segments) and spend all nodes on the mode and z = 0 windows.
