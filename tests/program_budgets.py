@@ -36,8 +36,8 @@ MEASURED = {
     ("characteristic", "user_jit"): 12_430,
     ("saddlepoint", "concrete"): 3_940,
     ("saddlepoint", "user_jit"): 3_940,
-    # (measured 2026-12-04: the moving nodes' mode window with its implicit derivative, so that the gradient is the
-    # value's own, against finite differences to 1e-9 where it was 1.4e-5 off)
+    # (measured 2026-12-04: the moving nodes' mode carries its implicit derivative, so that the gradient is the
+    # value's own; tests/test_saddlepoint_split.py checks it against finite differences)
     ("saddlepoint", "grad"): 11_324,
     ("rdp", "concrete"): 1_279,
     ("rdp", "user_jit"): 1_515,

@@ -85,9 +85,10 @@ def _mode(lr, log_p, b):
 def _moving_mode(lr, log_p, b):
     """:func:`_mode`, with the derivative of the mode itself: the mode's window is a window of the moving nodes, so
     the rule's value moves with it (by ~1e-5 of the value: the rule's resolution), and a derivative without that
-    motion is that far from the value's finite differences.  The search is not differentiated (its loops would be,
-    ~700 ops in a gradient program): the implicit derivative of the root of ``g'(z) = lr wm(z) - z``, decreasing at
-    the maximum, from one evaluation there (a custom_jvp rule, traced only where a derivative is asked for)."""
+    motion is that far from the value's finite differences.  The search is not differentiated (a gradient program
+    would hold the derivative of each of its iterations): the implicit derivative of the root of ``g'(z) = lr wm(z) -
+    z``, decreasing at the maximum, from one evaluation there (a custom_jvp rule, traced only where a derivative is
+    asked for)."""
     sg = jax.lax.stop_gradient
     m0 = _mode(sg(lr), sg(log_p), sg(b))
     return implicit_root(lambda z, _, p: p[0] * _weights_mean(z, p[1], p[2]) - z, None, m0, (lr, log_p, b))

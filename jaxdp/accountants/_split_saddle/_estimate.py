@@ -28,7 +28,6 @@ from jaxdp.accountants._split_saddle._shape import (
     SPLIT_VARIANTS,
     SplitShape,
     _counts,
-    _jvp_cumulants,
     _node_cumulants,
     _nodes_eps,
     _one_bump,
@@ -38,6 +37,7 @@ from jaxdp.accountants._split_saddle._shape import (
     _split_logs,
     _split_point_of,
     _step_bulk,
+    _step_cumulants,
     _tilted_nodes,
     bulk_shape,
     split_shape,
@@ -249,7 +249,7 @@ def _nojump_cumulants(comp, direction, t):
             nd = _tilted_nodes(m, direction, t, NOJUMP_NODES)
             k0m, (_, km) = nd.log_m, _node_cumulants(nd.log_w, nd.ell)
         else:
-            k0m, km = _jvp_cumulants(m, direction, t)
+            k0m, km = _step_cumulants(m, direction, t)
         return k0 + n * k0m, kap + n * km
 
     return scan_parts(comp, body, (jnp.zeros(()), jnp.zeros(4)))

@@ -49,7 +49,7 @@ def _node_cumulants(log_w, ell):
     return log_mass, jnp.stack([k1, m2, m3, m4 - 3.0 * m2 * m2])
 
 
-def _jvp_cumulants(mech, direction, t):
+def _step_cumulants(mech, direction, t):
     """``(K(t), k1..k4)`` of one step's tilted loss (the mechanism's :meth:`cgf_cumulants`)."""
     k = mech.cgf_cumulants(t, direction, order=4)
     return k[0], jnp.stack(k[1:])
@@ -153,7 +153,7 @@ def _split_cumulants(has_jumps, ell, log_w, log_s, log_b):
 def step_split(mech, direction, t, eps, split=SPLIT, steps=1.0):
     """``(p_J, bulk k1..k4, jump k1..k4)`` of one step's law tilted by ``e^{t L}`` (see the module)."""
     if not isinstance(mech, MixtureMechanism):
-        _, k = _jvp_cumulants(mech, direction, t)
+        _, k = _step_cumulants(mech, direction, t)
         return jnp.zeros(()), k, k
     return _split_cumulants(*_step_nodes(mech, direction, t, eps, split, steps))
 
@@ -296,7 +296,7 @@ def _step_bulk(mech, direction, tau, eps, split=SPLIT, at=None, point=None, step
     """``(log mass, k1..k4)`` of one step's bulk (the law below the split point, sigmoid-weighted) tilted by
     ``e^{tau L}``: its mass un-normalised (``log E[e^{tau L} b(L)]``), its cumulants normalised."""
     if not isinstance(mech, MixtureMechanism):
-        return _jvp_cumulants(mech, direction, tau)
+        return _step_cumulants(mech, direction, tau)
     nd = _tilted_nodes(mech, direction, tau)
     if point is None and at is not None:
         point = _split_point_of(_tilted_nodes(mech, direction, at), eps, split, steps)

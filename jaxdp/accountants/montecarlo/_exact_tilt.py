@@ -190,8 +190,8 @@ def draw(prop, law, key, shape):
 
 
 #: a tilted law with at most this many finite cumulative probabilities (components but the last) picks its
-#: component by comparing the uniform with each of them, vectorised; a longer one by a binary search per draw, which
-#: took ~40 % of a PSG step's sampling time on the CPU (`benchmarks/results/evr.md`)
+#: component by comparing the uniform with each of them, vectorised; a longer one by a binary search per draw, whose
+#: gathers cost more than the rest of a sampled step (`benchmarks/results/evr.md`)
 PICK_BY_COMPARE = 16
 
 
@@ -199,15 +199,16 @@ def _pick(cum, u):
     """The component ``k`` (its mean is ``k``) of each uniform ``u``: how many cumulative probabilities it reaches
     (``cum``: ascending, ``+inf`` past the last live component, so ``k`` is at most that component)."""
 
-    def compare():
-        return sum((u >= cum[j]).astype(jnp.int32) for j in range(PICK_BY_COMPARE))
-
-    def search():
-        return jnp.searchsorted(cum, u, side="right", method="scan").astype(jnp.int32)
+    def compare(n):  # (exact where every finite entry is among the first n)
+        return sum((u >= cum[j]).astype(jnp.int32) for j in range(n))
 
     if cum.shape[0] <= PICK_BY_COMPARE:
-        return sum((u >= cum[j]).astype(jnp.int32) for j in range(cum.shape[0]))
-    return jax.lax.cond(jnp.isinf(cum[PICK_BY_COMPARE]), compare, search)
+        return compare(cum.shape[0])
+    return jax.lax.cond(
+        jnp.isinf(cum[PICK_BY_COMPARE]),
+        lambda: compare(PICK_BY_COMPARE),
+        lambda: jnp.searchsorted(cum, u, side="right", method="scan").astype(jnp.int32),
+    )
 
 
 def _draw_rejected(prop, law, key, shape):
